@@ -1,0 +1,3 @@
+from blazr.cli import main
+
+main()

@@ -1,0 +1,190 @@
+"""The backend contract: 4 memory calls, the op set in OPS, and one capability query.
+
+Model code calls only these. Every op has a float64 reference of the same name and signature in
+tests/reference.py, and (for the wgpu backend) a shader shaders/<op>.wgsl. Anything not in OPS is built in
+Python from these ops. Arrays are opaque handles (`Array`): numpy arrays on the CPU backend, device buffers
+elsewhere; only `upload`/`download` cross the host boundary.
+
+Conventions for every op:
+  * activations are row-major, tokens first: x (T, D), q/k/v (T, H, Dh);
+  * dense weights keep the Hugging Face layout (out_features, in_features), so matmul computes x @ w.T;
+  * integer index arrays (ids, positions, slots, block tables, lengths) are int32;
+  * ops never mutate their inputs, except kv_write, which writes the cache in place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+Array = Any  # a backend's array handle
+
+OPS: tuple[str, ...] = (
+    # linear algebra
+    "embed",
+    "matmul",
+    "matmul_experts",
+    # normalisation
+    "rms_norm",
+    "layer_norm",
+    # attention
+    "rope",
+    "kv_write",
+    "attention",
+    # elementwise
+    "softmax",
+    "glu",
+    "act",
+    "binary",
+    # selection
+    "topk",
+    "sample",
+    # sequence
+    "conv1d",
+    "ssm_scan",
+)
+
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu")  # act(x, kind) and glu(gate, up, kind)
+BINARY_OPS = ("add", "sub", "mul", "div")  # binary(op, a, b), numpy broadcasting
+ROPE_STYLES = ("neox", "interleaved")  # neox: rotate halves (HF); interleaved: adjacent pairs (GPT-J)
+DTYPES = ("f32", "f16", "bf16")  # activation / dense-weight dtypes a backend may support
+
+
+@dataclass
+class SampleParams:
+    """Per-row sampling knobs for `Backend.sample`; every field has one entry per logits row (B,)."""
+
+    temperature: np.ndarray  # (B,) f32; 0 means greedy (argmax)
+    top_k: np.ndarray  # (B,) int32; 0 disables
+    top_p: np.ndarray  # (B,) f32; 1.0 disables
+    min_p: np.ndarray  # (B,) f32; 0.0 disables
+    uniform: np.ndarray  # (B,) f64 in [0, 1): the random draw, made on the host from each request's seeded RNG
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What every backend module (`blazr/backends/<name>.py`) exports as `Backend`."""
+
+    name: str  # "cpu", "wgpu:0", "cuda:0"
+
+    # ---- memory -------------------------------------------------------------------------------------
+    def upload(self, a: np.ndarray, dtype: str | None = None) -> Array:
+        """Copy a host array to the device; float arrays are cast to `dtype` (default: the compute dtype)."""
+
+    def download(self, a: Array) -> np.ndarray:
+        """Copy a device array to a host numpy array."""
+
+    def empty(self, shape: tuple[int, ...], dtype: str = "f32") -> Array:
+        """A new device array; contents undefined. dtype is one of DTYPES or "i32"."""
+
+    def sync(self) -> None:
+        """Wait until all queued device work is done."""
+
+    # ---- linear algebra -----------------------------------------------------------------------------
+    def embed(self, table: Array, ids: Array) -> Array:
+        """table (V, D), ids (T,) -> (T, D): rows of the table."""
+
+    def matmul(self, x: Array, w: Array) -> Array:
+        """x (T, K), w (N, K) -> (T, N) = x @ w.T. w is a dense array or a packed quantized weight."""
+
+    def matmul_experts(self, x: Array, w: Array, expert_ids: Array) -> Array:
+        """x (T, K), w (E, N, K), expert_ids (T, k) -> (T, k, N): token t through each of its k experts."""
+
+    # ---- normalisation ------------------------------------------------------------------------------
+    def rms_norm(self, x: Array, w: Array, eps: float) -> Array:
+        """x (T, D), w (D,) -> (T, D) = x / sqrt(mean(x^2) + eps) * w."""
+
+    def layer_norm(self, x: Array, w: Array, b: Array | None, eps: float) -> Array:
+        """x (T, D), w (D,), b (D,) or None -> (T, D) = (x - mean) / sqrt(var + eps) * w + b."""
+
+    # ---- attention ----------------------------------------------------------------------------------
+    def rope(self, x: Array, positions: Array, inv_freq: Array, style: str, rot_dim: int | None = None) -> Array:
+        """x (T, H, Dh), positions (T,), inv_freq (R/2,) -> (T, H, Dh) rotated.
+
+        The first `rot_dim` (default Dh) features of each head are rotated, the rest pass through (partial
+        rotary, as in Phi and GPT-NeoX). Angle for pair i at position p is p * inv_freq[i]. style "neox"
+        pairs feature i with i + R/2; "interleaved" pairs 2i with 2i+1.
+        """
+
+    def kv_write(self, k_cache: Array, v_cache: Array, k: Array, v: Array, slots: Array) -> None:
+        """In place: k_cache/v_cache (S, Hkv, Dh) with S = num_blocks * block_size; k, v (T, Hkv, Dh);
+        slots (T,) -> cache[slots[t]] = k[t], v[t]. A slot is block_id * block_size + offset."""
+
+    def attention(
+        self,
+        q: Array,
+        k_cache: Array,
+        v_cache: Array,
+        block_tables: Array,
+        ctx_lens: Array,
+        q_lens: Array,
+        block_size: int,
+        scale: float,
+        window: int = 0,
+        softcap: float = 0.0,
+    ) -> Array:
+        """Causal attention of a batch of sequences over the paged KV cache (GQA by head grouping).
+
+        q (T, H, Dh) holds B sequences back to back, q_lens (B,) tokens each (sum = T). Sequence b's keys
+        are its first ctx_lens[b] cache positions, found through block_tables (B, max_blocks): position j
+        lives in slot block_tables[b, j // block_size] * block_size + j % block_size. Its queries are
+        positions ctx_lens[b] - q_lens[b] .. ctx_lens[b] - 1 and see keys at positions <= their own;
+        with window > 0 only the last `window` positions (pos_q - pos_k < window). softcap > 0 applies
+        softcap * tanh(score / softcap) before the softmax (Gemma 2). Query head h reads KV head
+        h // (H // Hkv). Returns (T, H, Dh).
+        """
+
+    # ---- elementwise --------------------------------------------------------------------------------
+    def softmax(self, x: Array) -> Array:
+        """Softmax over the last axis."""
+
+    def glu(self, gate: Array, up: Array, kind: str) -> Array:
+        """act(gate) * up, elementwise, kind in ACTIVATIONS."""
+
+    def act(self, x: Array, kind: str) -> Array:
+        """Elementwise activation, kind in ACTIVATIONS."""
+
+    def binary(self, op: str, a: Array, b: Array) -> Array:
+        """Elementwise op in BINARY_OPS with numpy broadcasting of b to a's shape."""
+
+    # ---- selection ----------------------------------------------------------------------------------
+    def topk(self, x: Array, k: int) -> tuple[Array, Array]:
+        """x (B, N) -> values (B, k), indices (B, k) int32, largest first (ties: lower index first)."""
+
+    def sample(self, logits: Array, params: SampleParams) -> Array:
+        """logits (B, V) -> ids (B,) int32. Per row: temperature 0 -> argmax. Otherwise divide by
+        temperature, keep the top_k largest (if > 0), softmax, keep the smallest set of most likely tokens
+        whose mass reaches top_p, drop tokens below min_p * max prob, renormalise, and pick the token where
+        the cumulative probability (tokens in descending order, ties by lower id) first exceeds uniform."""
+
+    # ---- sequence -----------------------------------------------------------------------------------
+    def conv1d(self, x: Array, w: Array, b: Array | None, stride: int, pad: int, groups: int) -> Array:
+        """x (C_in, L), w (C_out, C_in // groups, Kw), b (C_out,) or None -> (C_out, L_out)."""
+
+    def ssm_scan(
+        self, x: Array, dt: Array, A: Array, B: Array, C: Array, D: Array, state: Array
+    ) -> tuple[Array, Array]:
+        """Mamba2 selective scan over T steps for one sequence.
+
+        x (T, H, P), dt (T, H) (already softplus'ed), A (H,), B (T, G, N), C (T, G, N), D (H,),
+        state (H, P, N). Head h uses group h // (H // G). For each t:
+        state = exp(dt*A) * state + dt * x[t] outer B[t];  y[t] = state @ C[t] + D * x[t].
+        Returns y (T, H, P) and the final state (H, P, N).
+        """
+
+    # ---- capability ---------------------------------------------------------------------------------
+    def supports(self, op: str, dtype: str | None = None, fmt: str | None = None) -> bool:
+        """Whether `op` runs here with activations of `dtype` and (for matmul/embed) weights in `fmt`
+        (None for dense, else a quant format name such as "Q4_K"). Checked once when a model loads."""
+
+
+def check_supports(backend: Backend, needs: list[tuple[str, str | None, str | None]]) -> None:
+    """Raise UnsupportedError naming the first (op, dtype, fmt) the backend lacks. Called at model load."""
+    from blazr.errors import UnsupportedError
+
+    for op, dtype, fmt in needs:
+        if not backend.supports(op, dtype, fmt):
+            what = op + (f" with {dtype} activations" if dtype else "") + (f" on {fmt} weights" if fmt else "")
+            raise UnsupportedError(f"device {backend.name} does not support {what}")

@@ -1,0 +1,37 @@
+"""User-facing errors. Each message names the file, flag or value to fix; the CLI prints it and exits non-zero."""
+
+
+class BlazrError(Exception):
+    """Base class: an error the user can fix. `exit_code` is what the CLI exits with."""
+
+    exit_code = 1
+
+
+class ModelNotFoundError(BlazrError):
+    """A model path or name that does not exist."""
+
+
+class CheckpointError(BlazrError):
+    """A checkpoint that is truncated, corrupt, or has a tensor of the wrong shape or type."""
+
+
+class UnsupportedError(BlazrError):
+    """A known thing blazr does not (yet) do: an architecture, a quant type, an op on a device."""
+
+
+class TokenizerError(BlazrError):
+    """A tokenizer that is missing or cannot be built."""
+
+
+class TemplateError(BlazrError):
+    """A chat template that cannot be found or rendered."""
+
+
+class DownloadError(BlazrError):
+    """A model download that failed (network, hash mismatch)."""
+
+
+class ConfigError(BlazrError):
+    """A bad flag or config value."""
+
+    exit_code = 2
