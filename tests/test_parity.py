@@ -1,0 +1,128 @@
+"""Parity with transformers on tiny random-weight Llama, Mistral and Qwen2 checkpoints (design.md §11.11).
+
+Each model is written here as SafeTensors F32/F16/BF16 and as GGUF F32/F16, loaded through blazr on the CPU
+backend and run greedily for 32 tokens. The ids and logits transformers produced from the same stored weights
+are committed in tests/golden/ (made by tests/parity/make_reference.py), so this test needs numpy only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.tiny_models import (
+    MODELS,
+    NEW_TOKENS,
+    PROMPT_IDS,
+    gguf_keeps_f32,
+    weights_digest,
+    write_gguf,
+    write_safetensors,
+)
+
+pytestmark = pytest.mark.parity
+
+GOLDEN = Path(__file__).parent / "golden"
+
+# Two correct float32 runs differ by <= 7e-5 here (transformers cached vs uncached, and blazr vs transformers;
+# logits have std ~4). A wrong weight rounding moves logits by >= 2.7e-2 (F16 vs GGUF-F16 norms) and the
+# smallest greedy margin is 5e-2. So 1e-3 sits 14x above the noise and 27x below the smallest real difference.
+LOGIT_ATOL = 1e-3
+TOP_N = 5  # vLLM's check_logprobs_close: at the first differing id, each side's token in the other's top N
+
+# (format, dtype on disk, golden storage): the GGUF F16 golden keeps 1-D tensors in F32, as llama.cpp does.
+STORAGES = [
+    ("safetensors", "float32", "f32"),
+    ("safetensors", "float16", "f16"),
+    ("safetensors", "bfloat16", "bf16"),
+    ("gguf", "F32", "f32"),
+    ("gguf", "F16", "gguf_f16"),
+]
+CASES = [pytest.param(m, *s, id=f"{m}-{s[0]}-{s[1]}") for m in MODELS for s in STORAGES]
+
+BLOCK_SIZE = 16
+BLOCK_TABLE = [2, 0, 1]  # 48 slots for the 40 positions, out of order so paged addressing is exercised
+
+
+def load_golden(name: str, storage: str) -> dict[str, np.ndarray]:
+    path = GOLDEN / f"{name}_{storage}.npz"
+    if not path.exists():
+        pytest.fail(f"{path} is missing: run tests/parity/make_reference.py (see tests/parity/README.md)")
+    with np.load(path) as f:
+        return {k: f[k] for k in f.files}
+
+
+def write_checkpoint(name: str, fmt: str, dtype: str, tmp_path: Path) -> Path:
+    if fmt == "safetensors":
+        write_safetensors(name, tmp_path, dtype)
+        return tmp_path
+    return write_gguf(name, tmp_path / f"{name}-{dtype.lower()}.gguf", dtype)
+
+
+def expected_disk_dtype(fmt: str, dtype: str, shape: tuple[int, ...]) -> str:
+    if fmt == "safetensors":
+        return {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}[dtype]
+    return "F32" if gguf_keeps_f32(shape) else dtype
+
+
+def greedy_run(model, backend, prompt: list[int], new_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """Prefill the prompt, then decode one token at a time; returns ids (N,) and logits (P + N, V) of
+    every prompt and generated position."""
+    from blazr.models.batch import ForwardBatch
+
+    cache = model.make_cache(len(BLOCK_TABLE), BLOCK_SIZE)
+    batch = ForwardBatch.single(prompt, 0, BLOCK_TABLE, BLOCK_SIZE, all_logits=True)
+    rows = [np.asarray(backend.download(model(batch, cache)), dtype=np.float32)]  # (P, V)
+    ids: list[int] = []
+    for step in range(new_tokens):
+        ids.append(int(np.argmax(rows[-1][-1])))  # greedy; ties go to the lower id, as in torch
+        batch = ForwardBatch.single([ids[-1]], len(prompt) + step, BLOCK_TABLE, BLOCK_SIZE)
+        rows.append(np.asarray(backend.download(model(batch, cache)), dtype=np.float32))  # (1, V)
+    return np.asarray(ids, dtype=np.int32), np.concatenate(rows)
+
+
+def first_difference(got: np.ndarray, want: np.ndarray, got_logits, want_logits) -> str:
+    """vLLM's report at the first differing greedy id: position, and each token's rank on the other side."""
+    pos = int(np.flatnonzero(got != want)[0])
+    row = len(PROMPT_IDS) - 1 + pos
+    rank_in_ref = int((want_logits[row] > want_logits[row, got[pos]]).sum())
+    rank_in_blazr = int((got_logits[row] > got_logits[row, want[pos]]).sum())
+    close = rank_in_ref < TOP_N and rank_in_blazr < TOP_N
+    return (
+        f"greedy ids differ first at generated position {pos}: blazr {int(got[pos])}, transformers "
+        f"{int(want[pos])}; blazr's token is rank {rank_in_ref} in transformers' logits and "
+        f"transformers' is rank {rank_in_blazr} in blazr's ({'' if close else 'NOT '}within top {TOP_N})\n"
+        f"blazr:        {got.tolist()}\ntransformers: {want.tolist()}"
+    )
+
+
+@pytest.mark.parametrize("name, fmt, dtype, storage", CASES)
+def test_tiny_model_matches_transformers(name, fmt, dtype, storage, tmp_path):
+    from blazr.backends import get_backend
+    from blazr.loaders import load_checkpoint
+    from blazr.models import build_model
+
+    golden = load_golden(name, storage)
+    assert str(golden["weights_sha256"]) == weights_digest(name, storage), (
+        f"tests/tiny_models.py no longer makes the weights {name}_{storage}.npz was made from: "
+        "rerun tests/parity/make_reference.py"
+    )
+    checkpoint = load_checkpoint(write_checkpoint(name, fmt, dtype, tmp_path))
+    tensors = checkpoint.tensors.items()
+    wrong = {k: t.dtype for k, t in tensors if t.dtype != expected_disk_dtype(fmt, dtype, t.shape)}
+    assert not wrong, f"tensors stored in an unexpected dtype: {wrong}"
+
+    backend = get_backend("cpu")
+    ids, logits = greedy_run(build_model(checkpoint, backend), backend, list(PROMPT_IDS), NEW_TOKENS)
+
+    want_ids, want_logits = golden["ids"], golden["logits"]  # (N,), (P + N, V)
+    assert np.array_equal(ids, want_ids), first_difference(ids, want_ids, logits, want_logits)
+    assert logits.shape == want_logits.shape
+    err = np.abs(logits - want_logits)  # (P + N, V)
+    pos = int(err.max(axis=1).argmax())
+    assert err.max() <= LOGIT_ATOL, (
+        f"logits differ by up to {err.max():.2e} (tolerance {LOGIT_ATOL:.0e}), worst at position {pos} "
+        f"(prompt length {len(PROMPT_IDS)}); per-position max: {np.round(err.max(axis=1), 5).tolist()}"
+    )

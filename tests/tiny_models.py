@@ -1,0 +1,206 @@
+"""Tiny random-weight Llama, Mistral and Qwen2 checkpoints, made from a fixed seed with numpy only.
+
+Used by tests/parity/make_reference.py (which runs them through transformers to make tests/golden/) and by
+tests/test_parity.py (which writes the same weights as SafeTensors or GGUF and runs them through blazr).
+Changing anything here changes the weights: rerun make_reference.py and commit the new golden files.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+
+MODELS = ("llama", "mistral", "qwen2")
+STORAGES = ("f32", "f16", "bf16", "gguf_f16")  # how the weights are rounded on disk; GGUF F32 == "f32"
+PROMPT_IDS = (1, 17, 99, 3, 250, 64, 128, 7)
+NEW_TOKENS = 32
+
+_SHAPE = dict(
+    vocab_size=256,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=512,
+    rms_norm_eps=1e-5,
+    hidden_act="silu",
+    bos_token_id=1,
+    eos_token_id=2,
+    torch_dtype="float32",
+)
+
+_CONFIGS = {
+    "llama": dict(
+        architectures=["LlamaForCausalLM"],
+        model_type="llama",
+        rope_theta=10000.0,
+        # original_max_position_embeddings 64 puts the 8 frequencies of head_dim 16 in all three llama3
+        # bands: kept (wavelength < 16), smoothed (16..64) and divided by `factor` (> 64).
+        rope_scaling=dict(
+            rope_type="llama3",
+            factor=8.0,
+            low_freq_factor=1.0,
+            high_freq_factor=4.0,
+            original_max_position_embeddings=64,
+        ),
+        tie_word_embeddings=False,
+        attention_bias=False,
+        mlp_bias=False,
+    ),
+    "mistral": dict(
+        architectures=["MistralForCausalLM"],
+        model_type="mistral",
+        rope_theta=10000.0,
+        sliding_window=16,  # shorter than the 8 + 32 test tokens, so the window changes the logits
+        tie_word_embeddings=False,
+    ),
+    "qwen2": dict(
+        architectures=["Qwen2ForCausalLM"],
+        model_type="qwen2",
+        rope_theta=1000000.0,
+        tie_word_embeddings=True,
+        # As in real Qwen2.5 configs: a window is named but switched off, so it must be ignored.
+        use_sliding_window=False,
+        sliding_window=32,
+        max_window_layers=2,
+    ),
+}
+
+_SEEDS = {"llama": 1001, "mistral": 2002, "qwen2": 3004}  # 3003 falls into repeating one token after 9
+
+
+def tiny_config(name: str) -> dict:
+    """The Hugging Face config.json dict of tiny model `name` (one of MODELS)."""
+    return {**copy.deepcopy(_SHAPE), **copy.deepcopy(_CONFIGS[name])}
+
+
+def tiny_weights(name: str) -> dict[str, np.ndarray]:
+    """HF-named float32 weights of tiny model `name`, the same on every call and every machine."""
+    cfg = tiny_config(name)
+    rng = np.random.default_rng(_SEEDS[name])
+    d, f, v, dh = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["head_dim"]
+    hq, hkv = cfg["num_attention_heads"] * dh, cfg["num_key_value_heads"] * dh
+
+    def linear(out_f: int, in_f: int, gain: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal((out_f, in_f)) * gain / np.sqrt(in_f)).astype(np.float32)
+
+    def norm(n: int) -> np.ndarray:  # away from 1 so a skipped or misplaced norm shows in the logits
+        return (1.0 + 0.2 * rng.standard_normal(n)).astype(np.float32)
+
+    # Embedding std 0.5 and a unit-RMS final norm give logits of std ~4: greedy picks have clear margins.
+    w = {"model.embed_tokens.weight": (0.5 * rng.standard_normal((v, d))).astype(np.float32)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        w[p + "input_layernorm.weight"] = norm(d)
+        # q/k gain 2 makes attention peaked, so positions (RoPE, window) matter to the output.
+        w[p + "self_attn.q_proj.weight"] = linear(hq, d, 2.0)
+        w[p + "self_attn.k_proj.weight"] = linear(hkv, d, 2.0)
+        w[p + "self_attn.v_proj.weight"] = linear(hkv, d)
+        if name == "qwen2":
+            for proj, n in (("q_proj", hq), ("k_proj", hkv), ("v_proj", hkv)):
+                w[p + f"self_attn.{proj}.bias"] = (0.3 * rng.standard_normal(n)).astype(np.float32)
+        # Output projections with gain 2 let the layers outweigh the token's own embedding in the residual,
+        # which otherwise makes a tied-embedding model repeat its input.
+        w[p + "self_attn.o_proj.weight"] = linear(d, hq, 2.0)
+        w[p + "post_attention_layernorm.weight"] = norm(d)
+        w[p + "mlp.gate_proj.weight"] = linear(f, d)
+        w[p + "mlp.up_proj.weight"] = linear(f, d)
+        w[p + "mlp.down_proj.weight"] = linear(d, f, 2.0)
+    w["model.norm.weight"] = norm(d)
+    if not cfg["tie_word_embeddings"]:
+        w["lm_head.weight"] = linear(v, d, 4.0)
+    return w
+
+
+# ---- rounding to a storage dtype -----------------------------------------------------------------------
+
+
+def to_bf16_bits(a: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bit patterns (uint16), round to nearest even, as torch's .to(torch.bfloat16)."""
+    bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    rounding = ((bits >> 16) & 1) + np.uint32(0x7FFF)
+    return ((bits + rounding) >> 16).astype(np.uint16)
+
+
+def from_bf16_bits(b: np.ndarray) -> np.ndarray:
+    return (b.astype(np.uint32) << 16).view(np.float32)
+
+
+def gguf_keeps_f32(shape: tuple[int, ...]) -> bool:
+    """llama.cpp's converter keeps 1-D tensors (norms, biases) in F32 even in an F16 file."""
+    return len(shape) <= 1
+
+
+def round_weights(weights: dict[str, np.ndarray], storage: str) -> dict[str, np.ndarray]:
+    """The float32 values the weights have after a round trip through `storage` (one of STORAGES)."""
+    if storage == "f32":
+        return dict(weights)
+    if storage == "f16":
+        return {k: a.astype(np.float16).astype(np.float32) for k, a in weights.items()}
+    if storage == "bf16":
+        return {k: from_bf16_bits(to_bf16_bits(a)) for k, a in weights.items()}
+    if storage == "gguf_f16":
+        keep = {k for k, a in weights.items() if gguf_keeps_f32(a.shape)}
+        return {k: a if k in keep else a.astype(np.float16).astype(np.float32) for k, a in weights.items()}
+    raise ValueError(f"unknown storage {storage!r}; expected one of {STORAGES}")
+
+
+def weights_digest(name: str, storage: str) -> str:
+    """sha256 of the config and the rounded weights: a golden file records it, so a change here that was not
+    followed by a rerun of make_reference.py is caught."""
+    h = hashlib.sha256(json.dumps(tiny_config(name), sort_keys=True).encode())
+    for key, a in sorted(round_weights(tiny_weights(name), storage).items()):
+        h.update(key.encode() + a.tobytes())
+    return h.hexdigest()
+
+
+# ---- writers -------------------------------------------------------------------------------------------
+
+_ST_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
+
+
+def _encode(a: np.ndarray, dtype: str) -> bytes:
+    if dtype == "bfloat16":
+        return to_bf16_bits(a).tobytes()
+    return np.ascontiguousarray(a, dtype=np.dtype(dtype)).tobytes()
+
+
+def write_safetensors(name: str, directory: str | Path, dtype: str = "float32") -> Path:
+    """config.json + model.safetensors of tiny model `name` in `directory`, tensors cast to `dtype`
+    ("float32", "float16" or "bfloat16"). Written by hand so bf16 needs neither torch nor ml_dtypes."""
+    if dtype not in _ST_DTYPES:
+        raise ValueError(f"unknown safetensors dtype {dtype!r}; expected one of {tuple(_ST_DTYPES)}")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    cfg = tiny_config(name) | {"torch_dtype": dtype}
+    (directory / "config.json").write_text(json.dumps(cfg, indent=2))
+    header: dict = {"__metadata__": {"format": "pt"}}
+    blobs, offset = [], 0
+    for key, a in sorted(tiny_weights(name).items()):
+        blob = _encode(a, dtype)
+        header[key] = {
+            "dtype": _ST_DTYPES[dtype],
+            "shape": list(a.shape),
+            "data_offsets": [offset, offset + len(blob)],
+        }
+        blobs.append(blob)
+        offset += len(blob)
+    head = json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)  # the data section starts 8-byte aligned, as the safetensors package does
+    path = directory / "model.safetensors"
+    path.write_bytes(struct.pack("<Q", len(head)) + head + b"".join(blobs))
+    return path
+
+
+def write_gguf(name: str, path: str | Path, dtype: str = "F32") -> Path:
+    """Tiny model `name` as a GGUF file ("F32" or "F16"), converted the way llama.cpp's converter does."""
+    from tests.gguf_writer import write_gguf as write_hf_as_gguf
+
+    return write_hf_as_gguf(Path(path), tiny_config(name), tiny_weights(name), dtype)
