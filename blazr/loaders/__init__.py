@@ -3,9 +3,10 @@ from the files. Tensors are lazy and memory-mapped; names are always Hugging Fac
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

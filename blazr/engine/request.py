@@ -1,0 +1,190 @@
+"""Request-side dataclasses: what a caller asks for (SamplingParams), the engine's per-request state
+(Request), and what each engine step hands back (RequestOutput)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from blazr.errors import ConfigError
+
+MAX_LOGPROBS = 20  # top-N logprobs per token, as in the OpenAI API
+
+
+class FinishReason(str, enum.Enum):
+    """Why a request ended; compares equal to its string value ("stop" == FinishReason.STOP)."""
+
+    STOP = "stop"  # EOS, a stop token id or a stop string
+    LENGTH = "length"  # max_tokens or the context limit
+    ABORT = "abort"  # the caller aborted it
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"  # queued, prompt not (fully) in the KV cache yet
+    RUNNING = "running"  # prompt done, decoding one token per step
+    FINISHED = "finished"
+
+
+@dataclass
+class SamplingParams:
+    """Per-request generation settings (OpenAI and llama.cpp names). Call validate() before use."""
+
+    max_tokens: int = 256
+    temperature: float = 1.0  # 0 means greedy
+    top_p: float = 1.0  # 1.0 disables
+    top_k: int = 0  # 0 disables
+    min_p: float = 0.0  # 0.0 disables
+    repeat_penalty: float = 1.0  # llama.cpp style over the last repeat_last_n tokens; 1.0 disables
+    repeat_last_n: int = 64  # 0 disables, -1 means the whole context
+    frequency_penalty: float = 0.0  # OpenAI style, over generated tokens
+    presence_penalty: float = 0.0
+    logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added logit
+    seed: int | None = None  # None: a fresh random seed
+    stop: list[str] = field(default_factory=list)  # stop strings, not part of the output
+    stop_token_ids: list[int] = field(default_factory=list)  # extra ids that end the request like EOS
+    ignore_eos: bool = False  # keep going past the tokenizer's EOS ids (stop_token_ids still apply)
+    logprobs: int | None = None  # top-N logprobs per generated token (0..20); None: off
+
+    def validate(self, vocab_size: int | None = None) -> SamplingParams:
+        """Raise ConfigError naming the first out-of-range field; returns self so calls can chain."""
+        self._validate_types()
+        checks = [
+            ("max_tokens", self.max_tokens, self.max_tokens >= 1, ">= 1"),
+            ("temperature", self.temperature, 0.0 <= self.temperature <= 100.0, "in [0, 100]"),
+            ("top_p", self.top_p, 0.0 < self.top_p <= 1.0, "in (0, 1]"),
+            ("top_k", self.top_k, self.top_k >= 0, ">= 0"),
+            ("min_p", self.min_p, 0.0 <= self.min_p <= 1.0, "in [0, 1]"),
+            ("repeat_penalty", self.repeat_penalty, self.repeat_penalty > 0.0, "> 0"),
+            ("repeat_last_n", self.repeat_last_n, self.repeat_last_n >= -1, ">= -1"),
+            (
+                "frequency_penalty",
+                self.frequency_penalty,
+                -2.0 <= self.frequency_penalty <= 2.0,
+                "in [-2, 2]",
+            ),
+            ("presence_penalty", self.presence_penalty, -2.0 <= self.presence_penalty <= 2.0, "in [-2, 2]"),
+        ]
+        if self.logprobs is not None:
+            ok = isinstance(self.logprobs, int) and 0 <= self.logprobs <= MAX_LOGPROBS
+            checks.append(("logprobs", self.logprobs, ok, f"in [0, {MAX_LOGPROBS}]"))
+        for name, value, ok, rule in checks:
+            if not ok:
+                raise ConfigError(f"sampling parameter {name}={value!r} is out of range; it must be {rule}")
+        self._validate_lists(vocab_size)
+        return self
+
+    def _validate_types(self) -> None:
+        for name in ("max_tokens", "top_k", "repeat_last_n"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"sampling parameter {name}={value!r} must be an integer")
+        for name in (
+            "temperature",
+            "top_p",
+            "min_p",
+            "repeat_penalty",
+            "frequency_penalty",
+            "presence_penalty",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"sampling parameter {name}={value!r} must be a number")
+
+    def _validate_lists(self, vocab_size: int | None) -> None:
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]  # a single stop string is a common shorthand
+        if any(not isinstance(s, str) or s == "" for s in self.stop):
+            raise ConfigError(
+                f"sampling parameter stop={self.stop!r}: stop strings must be non-empty strings"
+            )
+        ids = [("stop_token_ids", t) for t in self.stop_token_ids]
+        ids += [("logit_bias", int(t)) for t in self.logit_bias]
+        for name, token in ids:
+            if token < 0 or (vocab_size is not None and token >= vocab_size):
+                limit = f"the vocabulary size {vocab_size}" if vocab_size is not None else "0"
+                raise ConfigError(f"sampling parameter {name}: token id {token} is outside [0, {limit})")
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> SamplingParams:
+        """Build from keyword arguments; an unknown name raises ConfigError listing the valid ones."""
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise ConfigError(
+                f"unknown sampling parameter {unknown[0]!r}; valid names: {', '.join(sorted(known))}"
+            )
+        return cls(**kwargs)
+
+
+@dataclass
+class TokenLogprob:
+    """Logprob of one generated token and the top-N alternatives (from the processed logits)."""
+
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]]  # (token id, logprob), most likely first
+
+
+@dataclass
+class RequestOutput:
+    """What one engine step produced for one request. token_ids and text are the new part only."""
+
+    request_id: str
+    token_ids: list[int]  # tokens generated this step (EOS / stop token ids excluded)
+    text: str  # new final text this step (held back while it could still start a stop string)
+    finished: bool
+    finish_reason: FinishReason | None  # "stop" | "length" | "abort" | None while running
+    prompt_tokens: int
+    completion_tokens: int  # all tokens generated so far (EOS / stop token ids excluded)
+    stop_reason: str | int | None = None  # the stop string or stop token id that ended it (None for EOS)
+    logprobs: list[TokenLogprob] | None = None  # one per token in token_ids, when requested
+
+
+@dataclass(eq=False)
+class Request:
+    """The engine's state for one sequence. The scheduler advances num_computed; the engine appends text."""
+
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    rng: np.random.Generator  # this request's own stream of uniform draws for sampling
+    output_ids: list[int] = field(default_factory=list)  # generated tokens, including a final EOS
+    num_computed: int = 0  # tokens already written to the KV cache
+    status: RequestStatus = RequestStatus.WAITING
+    finish_reason: FinishReason | None = None
+    stop_reason: str | int | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus generated tokens."""
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def all_ids(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def ended_by_stop_token(self) -> bool:
+        """Whether the last output token is the EOS or a stop token id (not part of the completion)."""
+        return (
+            self.finish_reason is FinishReason.STOP
+            and not isinstance(self.stop_reason, str)
+            and bool(self.output_ids)
+        )
+
+    @property
+    def completion_ids(self) -> list[int]:
+        """Generated tokens without a final EOS / stop token id."""
+        return self.output_ids[:-1] if self.ended_by_stop_token else self.output_ids
+
+    @property
+    def finished(self) -> bool:
+        return self.status is RequestStatus.FINISHED
+
+    def finish(self, reason: FinishReason, stop_reason: str | int | None = None) -> None:
+        self.status = RequestStatus.FINISHED
+        self.finish_reason = reason
+        self.stop_reason = stop_reason

@@ -1,0 +1,163 @@
+"""Turning logits into tokens: host-side logits processors (numpy), the call into `Backend.sample`, logprobs,
+and stop-string matching on the detokenized text.
+
+Order per token (as llama.cpp): logit_bias, repetition penalty, frequency/presence penalties, then the
+backend's temperature / top-k / top-p / min-p sampler with a uniform draw from the request's own seeded RNG.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from blazr.backends.base import Array, Backend, SampleParams
+from blazr.engine.request import Request, SamplingParams, TokenLogprob
+
+# ---- logits processors (in place on one float32 row) ---------------------------------------------------
+
+
+def apply_logit_bias(logits: np.ndarray, bias: dict[int, float]) -> None:
+    """logits (V,): add bias[token] to each listed token."""
+    for token, value in bias.items():
+        logits[int(token)] += value
+
+
+def apply_repeat_penalty(logits: np.ndarray, context_ids: list[int], penalty: float, last_n: int) -> None:
+    """llama.cpp repetition penalty over the distinct tokens among the last `last_n` context tokens (-1: all):
+    positive logits are divided by the penalty, negative ones multiplied, so both become less likely."""
+    if penalty == 1.0 or last_n == 0 or not context_ids:
+        return
+    window = context_ids if last_n < 0 else context_ids[-last_n:]
+    ids = np.unique(np.asarray(window, dtype=np.int64))  # (U,)
+    seen = logits[ids]
+    logits[ids] = np.where(seen > 0, seen / penalty, seen * penalty)
+
+
+def apply_frequency_presence(
+    logits: np.ndarray, generated_ids: list[int], frequency: float, presence: float
+) -> None:
+    """OpenAI penalties over the generated tokens: logit -= count * frequency + (count > 0) * presence."""
+    if (frequency == 0.0 and presence == 0.0) or not generated_ids:
+        return
+    counts = Counter(generated_ids)
+    ids = np.fromiter(counts.keys(), dtype=np.int64)  # (U,)
+    n = np.fromiter(counts.values(), dtype=np.float32)  # (U,)
+    logits[ids] -= n * frequency + presence
+
+
+def needs_processing(params: SamplingParams) -> bool:
+    """Whether the logits must come to the host before sampling (processors or logprobs)."""
+    return bool(
+        params.logit_bias
+        or (params.repeat_penalty != 1.0 and params.repeat_last_n != 0)
+        or params.frequency_penalty != 0.0
+        or params.presence_penalty != 0.0
+        or params.logprobs is not None
+    )
+
+
+def process_logits(logits: np.ndarray, request: Request) -> np.ndarray:
+    """logits (V,) -> a processed float32 copy for this request's next token."""
+    out = np.array(logits, dtype=np.float32)  # (V,)
+    p = request.params
+    apply_logit_bias(out, p.logit_bias)
+    apply_repeat_penalty(out, request.all_ids, p.repeat_penalty, p.repeat_last_n)
+    apply_frequency_presence(out, request.output_ids, p.frequency_penalty, p.presence_penalty)
+    return out
+
+
+def token_logprobs(logits: np.ndarray, token_id: int, top_n: int) -> TokenLogprob:
+    """Log-softmax of the processed logits (V,): the chosen token's logprob and the top_n alternatives."""
+    x = logits.astype(np.float64)
+    logp = x - x.max()
+    logp -= np.log(np.exp(logp).sum())  # (V,)
+    top = np.argsort(-logp, kind="stable")[:top_n]
+    return TokenLogprob(int(token_id), float(logp[token_id]), [(int(t), float(logp[t])) for t in top])
+
+
+# ---- the sampler -----------------------------------------------------------------------------------------
+
+
+def make_rng(seed: int | None) -> np.random.Generator:
+    """A request's own RNG: the same seed gives the same draws; None gives a fresh random seed."""
+    return np.random.default_rng(seed)
+
+
+def build_sample_params(requests: list[Request]) -> SampleParams:
+    """One row per request; draws each request's next uniform from its own RNG (greedy rows too, so a
+    request's draw sequence never depends on its neighbours)."""
+    ps = [r.params for r in requests]
+    return SampleParams(
+        temperature=np.array([p.temperature for p in ps], dtype=np.float32),
+        top_k=np.array([p.top_k for p in ps], dtype=np.int32),
+        top_p=np.array([p.top_p for p in ps], dtype=np.float32),
+        min_p=np.array([p.min_p for p in ps], dtype=np.float32),
+        uniform=np.array([r.rng.random() for r in requests], dtype=np.float64),
+    )
+
+
+class Sampler:
+    """Samples one token per logits row. Logits stay on the device unless processors or logprobs need them."""
+
+    def __init__(self, backend: Backend):
+        self.backend = backend
+
+    def sample(self, logits: Array, requests: list[Request]) -> tuple[list[int], list[TokenLogprob | None]]:
+        """logits (R, V) with row i for requests[i] -> (token ids, per-row logprobs or None)."""
+        params = build_sample_params(requests)
+        if not any(needs_processing(r.params) for r in requests):
+            ids = self.backend.download(self.backend.sample(logits, params))  # (R,)
+            return [int(t) for t in ids], [None] * len(requests)
+        host = self.backend.download(logits)  # (R, V)
+        rows = np.stack([process_logits(host[i], r) for i, r in enumerate(requests)])  # (R, V)
+        ids = self.backend.download(self.backend.sample(self.backend.upload(rows, dtype="f32"), params))
+        logprobs = [
+            token_logprobs(rows[i], int(ids[i]), r.params.logprobs) if r.params.logprobs is not None else None
+            for i, r in enumerate(requests)
+        ]
+        return [int(t) for t in ids], logprobs
+
+
+# ---- stop strings ----------------------------------------------------------------------------------------
+
+
+class StopStrings:
+    """Finds stop strings in streamed text. Text that could still be the start of a stop string is held back,
+    so the caller never emits part of a stop string, even when it is split across tokens."""
+
+    def __init__(self, stops: list[str]):
+        self.stops = [s for s in stops if s]
+        self.held = ""  # the tail of the text that is a prefix of some stop string
+
+    def push(self, piece: str) -> tuple[str, str | None]:
+        """Add new text. Returns (text safe to emit, the stop string found or None). After a hit the text
+        from the stop string on is dropped."""
+        text = self.held + piece
+        hit = self._earliest_stop(text)
+        if hit is not None:
+            index, stop = hit
+            self.held = ""
+            return text[:index], stop
+        keep = self._partial_suffix_len(text)
+        self.held = text[len(text) - keep :]
+        return text[: len(text) - keep], None
+
+    def flush(self) -> str:
+        """The held-back text, released when the request ends for a reason other than a stop string."""
+        text, self.held = self.held, ""
+        return text
+
+    def _earliest_stop(self, text: str) -> tuple[int, str] | None:
+        found = [(text.find(s), s) for s in self.stops if s in text]
+        return min(found, key=lambda f: f[0]) if found else None
+
+    def _partial_suffix_len(self, text: str) -> int:
+        """Length of the longest suffix of text that is a proper prefix of a stop string."""
+        best = 0
+        for stop in self.stops:
+            for n in range(min(len(stop) - 1, len(text)), best, -1):
+                if text.endswith(stop[:n]):
+                    best = n
+                    break
+        return best

@@ -1,0 +1,68 @@
+"""Model registry: HF architecture names -> model modules (imported lazily), and `build_model`.
+
+ARCHITECTURES is keyed by HF `architectures[0]`; REMAP covers configs without one (HF `model_type` or GGUF
+`general.architecture`). Values are module names under blazr.models.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any
+
+from blazr.errors import ConfigError, UnsupportedError
+
+ARCHITECTURES: dict[str, str] = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "llama",
+    "Qwen2ForCausalLM": "llama",
+}
+
+REMAP: dict[str, str] = {
+    "llama": "llama",
+    "llama2": "llama",
+    "llama3": "llama",
+    "mistral": "llama",
+    "qwen2": "llama",
+}
+
+COMPUTE_DTYPES = ("f32", "f16", "bf16")
+
+
+def model_module_name(config: dict[str, Any], gguf_metadata: dict[str, Any] | None = None) -> str:
+    """The blazr.models module for a config: by architectures[0], else by model_type / GGUF architecture."""
+    architectures = config.get("architectures") or []
+    if architectures:
+        if architectures[0] in ARCHITECTURES:
+            return ARCHITECTURES[architectures[0]]
+        name = architectures[0]
+    else:
+        name = config.get("model_type") or (gguf_metadata or {}).get("general.architecture") or ""
+        if name in REMAP:
+            return REMAP[name]
+    raise UnsupportedError(
+        f"model architecture {name or '(none given)'!r} is not supported; supported: "
+        f"{', '.join(sorted(ARCHITECTURES))} (model_type {', '.join(sorted(REMAP))})"
+    )
+
+
+def get_model_module(config: dict[str, Any], gguf_metadata: dict[str, Any] | None = None) -> ModuleType:
+    return importlib.import_module(f"blazr.models.{model_module_name(config, gguf_metadata)}")
+
+
+def build_model(ckpt, backend, dtype: str | None = None):
+    """A loaded model for Checkpoint `ckpt` on `backend`, activations in `dtype` (default "f32").
+
+    Fails before reading any weight when the backend lacks an op/dtype the model needs (UnsupportedError),
+    and on a missing, unexpected or wrongly shaped tensor (CheckpointError).
+    """
+    from blazr.backends.base import check_supports
+
+    dtype = dtype or "f32"
+    if dtype not in COMPUTE_DTYPES:
+        raise ConfigError(f"--dtype {dtype!r} is unknown; use one of {', '.join(COMPUTE_DTYPES)}")
+    module = get_model_module(ckpt.config, ckpt.gguf_metadata)
+    model = module.Model(module.ModelArgs.from_dict(ckpt.config), backend, dtype)
+    check_supports(backend, model.required_ops())
+    model.load_weights(model.sanitize(dict(ckpt.tensors)), source=ckpt.path)
+    return model

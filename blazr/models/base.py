@@ -1,0 +1,132 @@
+"""Shared model plumbing: config dataclasses from HF dicts, the trace() hook, and strict weight checks."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from blazr.errors import CheckpointError
+from blazr.models.batch import ForwardBatch
+
+Array = Any  # a backend's array handle
+
+
+@dataclasses.dataclass
+class BaseModelArgs:
+    """A model config built from a Hugging Face config dict. Unknown keys are ignored."""
+
+    ALIASES: ClassVar[dict[str, str]] = {}  # other HF spellings of a field -> the field name
+
+    @classmethod
+    def from_dict(cls, config: Mapping[str, Any]):
+        fields = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {key: value for key, value in config.items() if key in fields}
+        for alias, name in cls.ALIASES.items():
+            # the canonical spelling wins over an alias when a config has both
+            if alias in config and name not in kwargs:
+                kwargs[name] = config[alias]
+        return cls(**kwargs)
+
+
+# ---- trace hook ---------------------------------------------------------------------------------------
+
+_tracer: Callable[[str, int, Array], None] | None = None
+
+
+def trace(name: str, layer: int, x: Array) -> None:
+    """Called at each named intermediate (layer -1 outside the layer stack). A no-op unless recording."""
+    if _tracer is not None:
+        _tracer(name, layer, x)
+
+
+@contextmanager
+def record_trace(backend) -> Iterator[dict[tuple[str, int], np.ndarray]]:
+    """Record every traced intermediate as a host array, keyed by (name, layer); the last call wins.
+
+    Used to bisect a parity bug layer by layer: `with record_trace(be) as rec: model(batch, cache)`.
+    """
+    global _tracer
+    records: dict[tuple[str, int], np.ndarray] = {}
+    previous = _tracer
+
+    def record(name: str, layer: int, x: Array) -> None:
+        records[(name, layer)] = np.array(backend.download(x), copy=True)
+
+    _tracer = record
+    try:
+        yield records
+    finally:
+        _tracer = previous
+
+
+# ---- per-step inputs ----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Step:
+    """One ForwardBatch's index arrays on the device, uploaded once and shared by every layer."""
+
+    positions: Array  # (T,) int32
+    slots: Array  # (T,) int32
+    block_tables: Array  # (B, max_blocks) int32
+    ctx_lens: Array  # (B,) int32
+    q_lens: Array  # (B,) int32
+    block_size: int
+    num_tokens: int
+
+
+def upload_batch(backend, batch: ForwardBatch) -> tuple[Step, Array | None]:
+    """The batch's index arrays on the device, and its logits rows (None when every row is wanted)."""
+    up, t = backend.upload, len(batch.token_ids)
+    tables, ctx_lens, q_lens = up(batch.block_tables), up(batch.ctx_lens), up(batch.q_lens)
+    step = Step(up(batch.positions), up(batch.slots), tables, ctx_lens, q_lens, int(batch.block_size), t)
+    every_row = len(batch.logits_rows) == t and bool((batch.logits_rows == np.arange(t)).all())
+    return step, None if every_row else up(batch.logits_rows)
+
+
+# ---- weights ------------------------------------------------------------------------------------------
+
+
+def host_array(tensor) -> np.ndarray:
+    """A checkpoint tensor (LazyTensor or numpy array) as a dense host array."""
+    return tensor if isinstance(tensor, np.ndarray) else tensor.load()
+
+
+def load_tensor(get: Callable[[str], Any], name: str, upload: Callable[[np.ndarray], Array]) -> Array:
+    return upload(host_array(get(name)))
+
+
+def load_fused(get: Callable[[str], Any], names: list[str], upload: Callable[[np.ndarray], Array]) -> Array:
+    """Rows of several HF tensors stacked into one, so one matmul (or add) does the work of several."""
+    return upload(np.concatenate([host_array(get(n)) for n in names], axis=0))
+
+
+def _where(tensor, source: Path | str | None) -> str:
+    found = getattr(tensor, "source", None) if tensor is not None else None
+    return str(found or source or "the checkpoint")
+
+
+def check_weights(
+    weights: Mapping[str, Any], expected: Mapping[str, tuple[int, ...]], source: Path | str | None = None
+) -> None:
+    """Strict load check: every expected tensor present with its shape, and nothing else.
+
+    Raises CheckpointError naming the tensor and the checkpoint file.
+    """
+    for name, shape in expected.items():
+        if name not in weights:
+            raise CheckpointError(f"{_where(None, source)}: missing tensor {name!r} (expected shape {shape})")
+        actual = tuple(weights[name].shape)
+        if actual != tuple(shape):
+            where = _where(weights[name], source)
+            raise CheckpointError(f"{where}: tensor {name!r} has shape {actual}, expected {tuple(shape)}")
+    for name in weights:
+        if name not in expected:
+            raise CheckpointError(
+                f"{_where(weights[name], source)}: unexpected tensor {name!r} (not used by this architecture)"
+            )

@@ -1,0 +1,228 @@
+"""Build a `tokenizers.Tokenizer` from the vocabulary embedded in a GGUF file (`tokenizer.ggml.*` keys).
+
+Two vocabulary kinds exist in practice: `gpt2` (byte-level BPE with explicit merges and a pre-tokenizer regex
+named by `tokenizer.ggml.pre`) and `llama` (SentencePiece-style: pieces with scores, `▁` for spaces and
+`<0xXX>` byte pieces). Both become a Hugging Face BPE model, so encode/decode behave like `tokenizer.json`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
+from tokenizers.models import BPE
+
+from blazr.errors import TokenizerError
+
+# GGUF token_type values (llama.cpp `llama_token_type`).
+TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 4, 5, 6
+
+SPM_SPACE = "\u2581"  # "▁", SentencePiece's visible space
+
+# Pre-tokenizer regexes. Where Hugging Face's tokenizer.json has the original pattern we use it (the Rust
+# regex engine in `tokenizers` supports it); otherwise llama.cpp's llama-vocab.cpp lists are the reference.
+GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+LLAMA3_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    r"|\s+(?!\S)|\s+"
+)
+QWEN2_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    r"|\s+(?!\S)|\s+"
+)
+GPT4O_REGEX = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+TEKKEN_REGEX = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+DEEPSEEK_LLM_REGEXES = [
+    r"[\r\n]",
+    r"\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",  # noqa: E501
+    r"\s?[!-/:-~！-／：-～‘-‟　-。]+",
+    r"\s+$",
+    r"[一-龥ࠀ-一가-퟿]+",
+    r"\p{N}+",
+]
+DEEPSEEK_CODER_REGEXES = [r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", r"[一-龥ࠀ-一가-퟿]+", r"\p{N}"]
+DEEPSEEK_V3_REGEXES = [
+    r"\p{N}{1,3}",
+    r"[一-龥぀-ゟ゠-ヿ]+",
+    r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"
+    r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+]
+FALCON_REGEXES = [r"[\p{P}\$\+<=>\^~\|`]+", GPT2_REGEX, r"[0-9][0-9][0-9]"]
+DEFAULT_REGEXES = [r"[\p{P}\$\+<=>\^~\|]+", GPT2_REGEX, r"\p{N}+", r"[0-9][0-9][0-9]"]
+
+# tokenizer.ggml.pre value -> the regexes applied in order (each match isolated, as llama.cpp does).
+PRE_TOKENIZER_REGEXES: dict[str, list[str]] = {
+    **dict.fromkeys(
+        ["llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "dbrx"],
+        [LLAMA3_REGEX],
+    ),
+    **dict.fromkeys(["smaug-bpe", "chatglm-bpe", "glm4"], [LLAMA3_REGEX]),
+    **dict.fromkeys(["qwen2", "deepseek-r1-qwen", "megrez", "stablelm2", "hunyuan"], [QWEN2_REGEX]),
+    **dict.fromkeys(
+        ["smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"],
+        [r"\p{N}", GPT2_REGEX],
+    ),
+    **dict.fromkeys(
+        ["gpt2", "gpt-2", "phi-2", "mpt", "olmo", "jais", "jina-es", "jina-de", "gigachat", "exaone4"],
+        [GPT2_REGEX],
+    ),
+    **dict.fromkeys(["gpt-4o", "llama4"], [GPT4O_REGEX]),
+    "tekken": [TEKKEN_REGEX],
+    "deepseek-llm": DEEPSEEK_LLM_REGEXES,
+    "deepseek-coder": DEEPSEEK_CODER_REGEXES,
+    "deepseek-v3": DEEPSEEK_V3_REGEXES,
+    "falcon": FALCON_REGEXES,
+    "default": DEFAULT_REGEXES,
+}
+# Pre types whose vocab looks up a whole pre-token before merging, and whose BOS is added by default.
+IGNORE_MERGES_PRE = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"}
+IGNORE_MERGES_PRE |= {"tekken"}
+ADD_BOS_PRE = IGNORE_MERGES_PRE | {"chameleon"}
+NFC_PRE = {"qwen2", "deepseek-r1-qwen"}  # Qwen2's tokenizer.json normalizes to NFC before splitting
+
+
+def gguf_value(meta: dict[str, Any], key: str, default: Any = None) -> Any:
+    """A `tokenizer.ggml.<key>` value (or a full key when it contains a dot after 'tokenizer.')."""
+    return meta.get(key if key.startswith("tokenizer.") else f"tokenizer.ggml.{key}", default)
+
+
+def build_gguf_tokenizer(meta: dict[str, Any]) -> Tokenizer:
+    """The `tokenizers.Tokenizer` for a GGUF's embedded vocabulary; TokenizerError when there is none or its
+    kind (`tokenizer.ggml.model`) is one blazr cannot build."""
+    model = gguf_value(meta, "model")
+    model = model.decode() if isinstance(model, bytes) else model
+    tokens = gguf_value(meta, "tokens")
+    if model is None or tokens is None or len(tokens) == 0:
+        raise TokenizerError(
+            "GGUF file has no embedded tokenizer (keys tokenizer.ggml.model and tokenizer.ggml.tokens)"
+        )
+    if model == "gpt2":
+        return _build_byte_level_bpe(meta)
+    if model == "llama":
+        return _build_sentencepiece_bpe(meta)
+    raise TokenizerError(
+        f"GGUF tokenizer.ggml.model = {model!r} is not supported (blazr builds 'gpt2' byte-level BPE and "
+        "'llama' SentencePiece vocabularies)"
+    )
+
+
+def gguf_add_bos_default(meta: dict[str, Any]) -> bool:
+    """Whether to prepend BOS: tokenizer.ggml.add_bos_token when present, else llama.cpp's defaults
+    (SentencePiece vocabs and Llama-3-style BPE vocabs add it, other BPE vocabs do not)."""
+    explicit = gguf_value(meta, "add_bos_token")
+    if explicit is not None:
+        return bool(explicit)
+    if gguf_value(meta, "model") == "llama":
+        return True
+    return gguf_value(meta, "pre", "default") in ADD_BOS_PRE
+
+
+def _token_types(meta: dict[str, Any], count: int) -> list[int]:
+    types = gguf_value(meta, "token_type")
+    return [int(t) for t in types] if types is not None and len(types) else [TOKEN_NORMAL] * count
+
+
+def _strings(values: Any) -> list[str]:
+    """GGUF string arrays as str (a reader may hand back raw UTF-8 bytes)."""
+    return [v.decode("utf-8", errors="replace") if isinstance(v, bytes) else str(v) for v in values]
+
+
+def _vocab_dict(tokens: list[str]) -> dict[str, int]:
+    """token -> id; a duplicated token string keeps its first id (the later copies are unreachable)."""
+    vocab: dict[str, int] = {}
+    for index, token in enumerate(tokens):
+        vocab.setdefault(token, index)
+    return vocab
+
+
+def _add_marked_tokens(tok: Tokenizer, tokens: list[str], types: list[int]) -> None:
+    """Control (and unknown) tokens become special added tokens, user-defined ones plain added tokens, so
+    their text in a prompt encodes to the single id (as llama.cpp's special-token partition does)."""
+    special = [
+        AddedToken(tokens[i], special=True, normalized=False) for i, t in enumerate(types) if t in (2, 3)
+    ]
+    user = [AddedToken(tokens[i], special=False, normalized=False) for i, t in enumerate(types) if t == 4]
+    if special:
+        tok.add_special_tokens(special)
+    if user:
+        tok.add_tokens(user)
+
+
+def _pre_tokenizer_regexes(pre: str) -> list[str]:
+    if pre not in PRE_TOKENIZER_REGEXES:
+        warnings.warn(
+            f"GGUF tokenizer.ggml.pre = {pre!r} is not known to blazr; using llama.cpp's default "
+            "pre-tokenizer, so tokenization may differ from the original model",
+            stacklevel=3,
+        )
+    return PRE_TOKENIZER_REGEXES.get(pre, DEFAULT_REGEXES)
+
+
+def _build_byte_level_bpe(meta: dict[str, Any]) -> Tokenizer:
+    tokens = _strings(gguf_value(meta, "tokens"))
+    merges = [tuple(m.split(" ", 1)) for m in _strings(gguf_value(meta, "merges", []))]
+    if not merges:
+        raise TokenizerError("GGUF gpt2 tokenizer has no tokenizer.ggml.merges")
+    pre = str(gguf_value(meta, "pre", "default"))
+    bpe = BPE(_vocab_dict(tokens), merges, ignore_merges=pre in IGNORE_MERGES_PRE)
+    tok = Tokenizer(bpe)
+    if pre in NFC_PRE:
+        tok.normalizer = normalizers.NFC()
+    splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in _pre_tokenizer_regexes(pre)]
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([*splits, byte_level])
+    tok.decoder = decoders.ByteLevel()
+    _add_marked_tokens(tok, tokens, _token_types(meta, len(tokens)))
+    return tok
+
+
+def spm_merges_from_scores(tokens: list[str], scores: list[float], mergeable: list[bool]) -> list[tuple]:
+    """BPE merges equivalent to SentencePiece's score-ordered merging: every split (left, right) of a piece
+    into two pieces, ordered by the merged piece's score, best first (as transformers' converter does)."""
+    vocab = _vocab_dict(tokens)
+    candidates = []
+    for piece_id, piece in enumerate(tokens):
+        if not mergeable[piece_id] or vocab[piece] != piece_id:
+            continue
+        local = []
+        for cut in range(1, len(piece)):
+            left, right = piece[:cut], piece[cut:]
+            if left in vocab and right in vocab:
+                local.append((vocab[left], vocab[right], left, right))
+        local.sort()
+        candidates.extend((scores[piece_id], left, right) for _, _, left, right in local)
+    candidates.sort(key=lambda c: c[0], reverse=True)  # stable: ties keep id order
+    return [(left, right) for _, left, right in candidates]
+
+
+def _build_sentencepiece_bpe(meta: dict[str, Any]) -> Tokenizer:
+    tokens = _strings(gguf_value(meta, "tokens"))
+    types = _token_types(meta, len(tokens))
+    scores = [float(s) for s in gguf_value(meta, "scores", [])] or [-float(i) for i in range(len(tokens))]
+    mergeable = [t == TOKEN_NORMAL for t in types]
+    merges = spm_merges_from_scores(tokens, scores, mergeable)
+    unk_id = gguf_value(meta, "unknown_token_id", 0)
+    unk = tokens[unk_id] if unk_id is not None and 0 <= unk_id < len(tokens) else None
+    bpe = BPE(_vocab_dict(tokens), merges, unk_token=unk, fuse_unk=True, byte_fallback=True)
+    tok = Tokenizer(bpe)
+    add_space_prefix = bool(gguf_value(meta, "add_space_prefix", True))
+    # Spaces become "▁"; like llama.cpp, a "▁" is prepended to each text run (also after a special token).
+    space_rules = [normalizers.Replace(" ", SPM_SPACE)]
+    if add_space_prefix:
+        space_rules.insert(0, normalizers.Prepend(SPM_SPACE))
+    tok.normalizer = normalizers.Sequence(space_rules)
+    decode_rules = [decoders.Replace(SPM_SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
+    if add_space_prefix:
+        decode_rules.append(decoders.Strip(" ", 1, 0))  # drop the space the prefix rule added
+    tok.decoder = decoders.Sequence(decode_rules)
+    _add_marked_tokens(tok, tokens, types)
+    return tok

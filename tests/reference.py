@@ -1,0 +1,187 @@
+"""Float64 numpy reference for every op in blazr.backends.base.OPS: same names, same signatures.
+
+Written for clarity, never for speed, and never calling backend code. Inputs are host numpy arrays; every
+float result is float64. See the docstrings in blazr/backends/base.py for the contract each one follows.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def _f64(a):
+    return None if a is None else np.asarray(a, dtype=np.float64)
+
+
+# ---- linear algebra ---------------------------------------------------------------------------------
+def embed(table, ids):
+    return _f64(table)[np.asarray(ids)]
+
+
+def matmul(x, w):
+    return _f64(x) @ _f64(w).T
+
+
+def matmul_experts(x, w, expert_ids):
+    x, w = _f64(x), _f64(w)
+    t, k = expert_ids.shape
+    out = np.zeros((t, k, w.shape[1]))
+    for token in range(t):
+        for slot in range(k):
+            out[token, slot] = w[expert_ids[token, slot]] @ x[token]
+    return out
+
+
+# ---- normalisation ----------------------------------------------------------------------------------
+def rms_norm(x, w, eps):
+    x = _f64(x)
+    return x / np.sqrt(np.mean(x**2, axis=-1, keepdims=True) + eps) * _f64(w)
+
+
+def layer_norm(x, w, b, eps):
+    x = _f64(x)
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    out = (x - mean) / np.sqrt(var + eps) * _f64(w)
+    return out if b is None else out + _f64(b)
+
+
+# ---- attention --------------------------------------------------------------------------------------
+def rope(x, positions, inv_freq, style, rot_dim=None):
+    x = _f64(x)
+    out = x.copy()
+    r = x.shape[-1] if rot_dim is None else rot_dim
+    for t, pos in enumerate(positions):
+        for i in range(r // 2):
+            a, b = (i, i + r // 2) if style == "neox" else (2 * i, 2 * i + 1)
+            angle = pos * float(inv_freq[i])
+            c, s = math.cos(angle), math.sin(angle)
+            out[t, :, a] = x[t, :, a] * c - x[t, :, b] * s
+            out[t, :, b] = x[t, :, b] * c + x[t, :, a] * s
+    return out
+
+
+def kv_write(k_cache, v_cache, k, v, slots):
+    for t, slot in enumerate(slots):
+        k_cache[slot] = k[t]
+        v_cache[slot] = v[t]
+
+
+def attention(q, k_cache, v_cache, block_tables, ctx_lens, q_lens, block_size, scale, window=0, softcap=0.0):
+    q, k_cache, v_cache = _f64(q), _f64(k_cache), _f64(v_cache)
+    n_heads, n_kv = q.shape[1], k_cache.shape[1]
+    out = np.zeros_like(q)
+    row = 0
+    for b in range(len(ctx_lens)):
+        ctx, n = int(ctx_lens[b]), int(q_lens[b])
+        slots = [block_tables[b][j // block_size] * block_size + j % block_size for j in range(ctx)]
+        keys, values = k_cache[slots], v_cache[slots]  # (ctx, Hkv, Dh), position j at index j
+        for i in range(n):
+            pos_q = ctx - n + i
+            visible = [j for j in range(ctx) if j <= pos_q and (window <= 0 or pos_q - j < window)]
+            for h in range(n_heads):
+                kv = h // (n_heads // n_kv)  # GQA: consecutive query heads share one KV head
+                scores = keys[visible, kv] @ q[row + i, h] * scale  # (len(visible),)
+                if softcap > 0:
+                    scores = softcap * np.tanh(scores / softcap)
+                out[row + i, h] = softmax(scores) @ values[visible, kv]
+        row += n
+    return out
+
+
+# ---- elementwise ------------------------------------------------------------------------------------
+def softmax(x):
+    x = _f64(x)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def act(x, kind):
+    x = _f64(x)
+    if kind == "silu":
+        return x / (1.0 + np.exp(-x))
+    if kind == "gelu":
+        return 0.5 * x * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+    if kind == "gelu_tanh":
+        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    if kind == "relu":
+        return np.maximum(x, 0.0)
+    raise ValueError(kind)
+
+
+def glu(gate, up, kind):
+    return act(gate, kind) * _f64(up)
+
+
+def binary(op, a, b):
+    a, b = _f64(a), _f64(b)
+    return {"add": a + b, "sub": a - b, "mul": a * b, "div": a / b}[op]
+
+
+# ---- selection --------------------------------------------------------------------------------------
+def _descending(row):
+    """Indices of row from largest to smallest; equal values in index order."""
+    return sorted(range(len(row)), key=lambda i: (-row[i], i))
+
+
+def topk(x, k):
+    x = _f64(x)
+    idx = np.array([_descending(r)[:k] for r in x], dtype=np.int32).reshape(len(x), k)
+    return np.take_along_axis(x, idx, axis=-1), idx
+
+
+def sample(logits, params):
+    logits = _f64(logits)
+    ids = []
+    for b, row in enumerate(logits):
+        if params.temperature[b] == 0:
+            ids.append(int(np.argmax(row)))
+            continue
+        row = row / float(params.temperature[b])
+        order = _descending(row)
+        if params.top_k[b] > 0:
+            order = order[: params.top_k[b]]
+        probs = softmax(row[order])
+        if params.top_p[b] < 1.0:
+            reach = next((i for i, c in enumerate(np.cumsum(probs)) if c >= params.top_p[b]), len(probs) - 1)
+            order, probs = order[: reach + 1], probs[: reach + 1]
+        if params.min_p[b] > 0.0:
+            keep = probs >= params.min_p[b] * probs.max()
+            order, probs = [i for i, k in zip(order, keep, strict=True) if k], probs[keep]
+        probs = probs / probs.sum()
+        cum = np.cumsum(probs)
+        pick = next((i for i, c in enumerate(cum) if c > params.uniform[b]), len(cum) - 1)
+        ids.append(order[pick])
+    return np.array(ids, dtype=np.int32)
+
+
+# ---- sequence ---------------------------------------------------------------------------------------
+def conv1d(x, w, b, stride, pad, groups):
+    x, w = _f64(x), _f64(w)
+    c_in, length = x.shape
+    c_out, c_per_group, kw = w.shape
+    xpad = np.concatenate([np.zeros((c_in, pad)), x, np.zeros((c_in, pad))], axis=1)
+    l_out = (length + 2 * pad - kw) // stride + 1
+    out = np.zeros((c_out, l_out))
+    for o in range(c_out):
+        g = o // (c_out // groups)
+        inputs = xpad[g * c_per_group : (g + 1) * c_per_group]  # (C_in/g, L + 2pad)
+        for t in range(l_out):
+            out[o, t] = np.sum(w[o] * inputs[:, t * stride : t * stride + kw])
+    return out if b is None else out + _f64(b)[:, None]
+
+
+def ssm_scan(x, dt, A, B, C, D, state):
+    x, dt, A, B, C, D = (_f64(a) for a in (x, dt, A, B, C, D))
+    state = _f64(state).copy()
+    t_len, n_heads, _ = x.shape
+    heads_per_group = n_heads // B.shape[1]
+    y = np.zeros_like(x)
+    for t in range(t_len):
+        for h in range(n_heads):
+            g = h // heads_per_group
+            state[h] = np.exp(dt[t, h] * A[h]) * state[h] + dt[t, h] * np.outer(x[t, h], B[t, g])
+            y[t, h] = state[h] @ C[t, g] + D[h] * x[t, h]
+    return y, state

@@ -1,0 +1,416 @@
+"""Engine, scheduler and block pool: a fake model that reads its context back from the paged KV cache (so
+wrong positions, slots or block tables change its output), and a tiny random-weight Llama."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from blazr.backends import get_backend
+from blazr.engine import AsyncEngine, BlockPool, Engine, OutOfBlocksError, SamplingParams
+from blazr.errors import ConfigError
+
+EOS = 2
+VOCAB = 40
+
+
+# ---- fakes -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FakeArgs:
+    vocab_size: int = VOCAB
+    max_position_embeddings: int = 256
+
+
+class FakeModel:
+    """Writes token ids into a paged 'KV cache' and predicts the next token from the whole context it reads
+    back through the block tables: next = (7 * sum(context) + 3 * len(context)) % (V - 3) + 3, or EOS once a
+    sequence is `eos_at` tokens long."""
+
+    def __init__(self, eos_at: int | None = None):
+        self.args = FakeArgs()
+        self.eos_at = eos_at
+        self.calls: list[int] = []  # tokens per forward pass
+
+    def make_cache(self, num_blocks: int, block_size: int):
+        return [(np.full(num_blocks * block_size, -1, dtype=np.int64), None)]
+
+    def __call__(self, batch, cache):
+        slots_cache = cache[0][0]  # (S,)
+        slots_cache[batch.slots] = batch.token_ids
+        self.calls.append(len(batch.token_ids))
+        seq_ends = np.cumsum(batch.q_lens)
+        logits = np.zeros((len(batch.logits_rows), VOCAB), dtype=np.float32)  # (R, V)
+        for i, row in enumerate(batch.logits_rows):
+            b = int(np.searchsorted(seq_ends, row, side="right"))
+            length = int(batch.positions[row]) + 1
+            assert length <= batch.ctx_lens[b]
+            pos = np.arange(length)
+            slots = batch.block_tables[b, pos // batch.block_size] * batch.block_size + pos % batch.block_size
+            context = slots_cache[slots]
+            assert (context >= 0).all(), "read a cache slot that was never written"
+            logits[i] = -5.0
+            logits[i, self._next(context)] = 5.0
+        return logits
+
+    def _next(self, context: np.ndarray) -> int:
+        if self.eos_at is not None and len(context) >= self.eos_at:
+            return EOS
+        return int((7 * context.sum() + 3 * len(context)) % (VOCAB - 3) + 3)
+
+
+class FakeStream:
+    def __init__(self, tok):
+        self.tok = tok
+
+    def push(self, token_id: int) -> str:
+        return self.tok.decode([token_id])
+
+    def flush(self) -> str:
+        return ""
+
+
+class FakeTokenizer:
+    """Token i decodes to a fixed two-letter piece, so stop strings can span tokens."""
+
+    eos_ids = frozenset({EOS})
+    bos_id = 1
+    add_bos = False
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(f"{chr(97 + i % 26)}{chr(65 + i // 26)}" for i in ids)
+
+    def stream(self, skip_special_tokens=False):
+        return FakeStream(self)
+
+
+# ---- helpers ---------------------------------------------------------------------------------------------
+
+
+def make_engine(model=None, **kw) -> Engine:
+    kw.setdefault("num_ctx", 64)
+    kw.setdefault("block_size", 4)
+    kw.setdefault("max_seqs", 4)
+    return Engine(model or FakeModel(), FakeTokenizer(), get_backend("cpu"), **kw)
+
+
+def run_all(engine: Engine, added_at: dict[int, list[tuple]] | None = None) -> dict[str, dict]:
+    """Step until done, adding requests at the given step numbers; collect tokens, text and the end."""
+    added_at = dict(added_at or {})
+    results: dict[str, dict] = {}
+    step = 0
+    while engine.has_unfinished() or any(k >= step for k in added_at):
+        for request_id, prompt, params in added_at.pop(step, []):
+            engine.add_request(request_id, prompt, params)
+        for out in engine.step():
+            r = results.setdefault(out.request_id, {"ids": [], "text": "", "outputs": []})
+            r["ids"] += out.token_ids
+            r["text"] += out.text
+            r["outputs"].append(out)
+        step += 1
+        assert step < 1000
+    return results
+
+
+def alone(prompt, params, model_factory=FakeModel, **kw) -> dict:
+    engine = make_engine(model_factory(), **kw)
+    engine.add_request("solo", prompt, params)
+    return run_all(engine)["solo"]
+
+
+def pool_is_free(engine: Engine) -> bool:
+    return engine.pool.num_free == engine.pool.num_blocks
+
+
+# ---- block pool ------------------------------------------------------------------------------------------
+
+
+def test_block_pool_grows_tables_and_raises_when_short():
+    pool = BlockPool(num_blocks=3, block_size=4)
+    assert pool.allocate("a", 5) == [0, 1]
+    assert pool.allocate("a", 8) == [0, 1]  # still fits
+    assert pool.allocate("b", 1) == [2]
+    with pytest.raises(OutOfBlocksError, match="'a'"):
+        pool.allocate("a", 9)
+    assert pool.block_table("a") == [0, 1]  # a failed allocation takes nothing
+    pool.free("a")
+    assert pool.num_free == 2 and pool.allocate("c", 8) == [0, 1]  # freed blocks are reused, low ids first
+    pool.free("b")
+    pool.free("c")
+    assert pool.num_free == 3
+
+
+def test_pool_is_sized_for_max_seqs_full_contexts():
+    assert BlockPool.for_context(num_ctx=10, max_seqs=3, block_size=4).num_blocks == 9
+
+
+# ---- engine with the fake model --------------------------------------------------------------------------
+
+
+def test_staggered_requests_each_produce_what_they_produce_alone():
+    greedy = SamplingParams(max_tokens=7, temperature=0.0)
+    seeded = SamplingParams(max_tokens=9, temperature=1.0, seed=11, repeat_penalty=1.2)
+    plan = {
+        0: [("a", [5, 6, 7], greedy)],
+        2: [("b", [9, 9, 9, 9, 9, 9], seeded), ("c", [3], greedy)],
+        5: [("d", [11, 12, 13, 14, 15, 16, 17, 18, 19], greedy)],
+    }
+    engine = make_engine()
+    together = run_all(engine, plan)
+    for request_id, prompt, params in [x for reqs in plan.values() for x in reqs]:
+        solo = alone(prompt, params)
+        assert together[request_id]["ids"] == solo["ids"], request_id
+        assert together[request_id]["text"] == solo["text"]
+        assert len(solo["ids"]) == params.max_tokens
+    assert pool_is_free(engine)
+
+
+def test_chunked_prefill_gives_the_same_tokens():
+    params = SamplingParams(max_tokens=6, temperature=0.0)
+    prompt = list(range(3, 30))
+    engine = make_engine(prefill_chunk=5)
+    engine.add_request("r", prompt, params)
+    chunked = run_all(engine)["r"]
+    assert chunked["ids"] == alone(prompt, params)["ids"]
+    assert engine.model.calls[:6] == [5, 5, 5, 5, 5, 2]
+    assert pool_is_free(engine)
+
+
+def test_decode_runs_all_running_requests_in_one_batch():
+    engine = make_engine()
+    for i in range(3):
+        engine.add_request(f"r{i}", [4 + i, 5], SamplingParams(max_tokens=4, temperature=0.0))
+    run_all(engine)
+    assert engine.model.calls[:3] == [2, 2, 2]  # three prefills
+    assert engine.model.calls[3] == 3  # then one decode step for all three
+
+
+def test_abort_frees_blocks_at_once_and_reports_abort():
+    engine = make_engine()
+    engine.add_request("a", [5, 6, 7, 8, 9], SamplingParams(max_tokens=50, temperature=0.0))
+    engine.add_request("b", [5, 6], SamplingParams(max_tokens=50, temperature=0.0))
+    for _ in range(4):
+        engine.step()
+    used_by_a = len(engine.pool.block_table("a"))
+    free_before = engine.pool.num_free
+    engine.abort("a")
+    assert engine.pool.num_free == free_before + used_by_a
+    outs = {o.request_id: o for o in engine.step()}
+    assert outs["a"].finished and outs["a"].finish_reason == "abort"
+    assert not outs["b"].finished
+    engine.abort("b")
+    engine.abort("unknown")  # ignored
+    run_all(engine)
+    assert pool_is_free(engine) and not engine.has_unfinished()
+
+
+def test_abort_of_a_waiting_request():
+    engine = make_engine()
+    engine.add_request("w", [5, 6], SamplingParams())
+    engine.abort("w")
+    [out] = engine.step()
+    assert out.finish_reason == "abort" and out.completion_tokens == 0
+    assert pool_is_free(engine) and not engine.has_unfinished()
+
+
+def test_max_tokens_finishes_with_length():
+    solo = alone([5, 6], SamplingParams(max_tokens=3, temperature=0.0))
+    last = solo["outputs"][-1]
+    assert len(solo["ids"]) == 3 and last.finished and last.finish_reason == "length"
+    assert last.completion_tokens == 3 and last.prompt_tokens == 2
+    assert [o.finished for o in solo["outputs"]] == [False, False, True]
+
+
+def test_eos_finishes_with_stop_and_is_not_emitted():
+    solo = alone([5, 6], SamplingParams(max_tokens=20, temperature=0.0), lambda: FakeModel(eos_at=6))
+    last = solo["outputs"][-1]
+    assert last.finish_reason == "stop" and last.stop_reason is None
+    assert len(solo["ids"]) == 4 and EOS not in solo["ids"]  # tokens at lengths 3..6, then EOS
+    assert last.completion_tokens == 4 and last.token_ids == []
+    ignored = alone(
+        [5, 6], SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True), lambda: FakeModel(6)
+    )
+    assert ignored["outputs"][-1].finish_reason == "length" and ignored["ids"][4:] == [EOS] * 4
+
+
+def test_stop_token_ids_finish_with_the_id_as_stop_reason():
+    free_run = alone([5, 6], SamplingParams(max_tokens=10, temperature=0.0))["ids"]
+    stop_id = free_run[3]
+    first = free_run.index(stop_id)
+    solo = alone([5, 6], SamplingParams(max_tokens=10, temperature=0.0, stop_token_ids=[stop_id]))
+    assert solo["ids"] == free_run[:first]
+    assert solo["outputs"][-1].stop_reason == stop_id and solo["outputs"][-1].finish_reason == "stop"
+
+
+def test_stop_string_split_across_tokens_truncates_the_text():
+    params = SamplingParams(max_tokens=10, temperature=0.0)
+    full = alone([5, 6], params)
+    text = full["text"]
+    stop = text[7:10]  # starts inside the 4th token's piece and ends inside the 5th
+    engine = make_engine()
+    engine.add_request("s", [5, 6], SamplingParams(max_tokens=10, temperature=0.0, stop=[stop]))
+    got = run_all(engine)["s"]
+    assert got["text"] == text[: text.index(stop)]
+    last = got["outputs"][-1]
+    assert last.finish_reason == "stop" and last.stop_reason == stop
+    assert len(got["ids"]) == 5  # generation stopped at the token that completed the stop string
+    assert pool_is_free(engine)
+
+
+def test_text_held_for_a_possible_stop_string_is_released_at_the_end():
+    full = alone([5, 6], SamplingParams(max_tokens=4, temperature=0.0))["text"]
+    got = alone([5, 6], SamplingParams(max_tokens=4, temperature=0.0, stop=[full[-1] + "@@"]))
+    assert got["text"] == full and got["outputs"][-1].finish_reason == "length"
+
+
+def test_context_limit_finishes_with_length_and_long_prompts_raise():
+    engine = make_engine(num_ctx=16)
+    engine.add_request("r", list(range(3, 16)), SamplingParams(max_tokens=100, temperature=0.0))
+    got = run_all(engine)["r"]
+    assert len(got["ids"]) == 3 and got["outputs"][-1].finish_reason == "length"
+    with pytest.raises(ConfigError, match="num_ctx=16"):
+        engine.add_request("long", list(range(3, 19)), SamplingParams())
+    with pytest.raises(ConfigError, match="num_ctx"):
+        make_engine(num_ctx=1000)  # over the model's max_position_embeddings
+    assert pool_is_free(engine)
+
+
+def test_bad_requests_raise_config_errors():
+    engine = make_engine()
+    with pytest.raises(ConfigError, match="temperature"):
+        engine.add_request("r", [5], SamplingParams(temperature=-1.0))
+    with pytest.raises(ConfigError, match="vocabulary"):
+        engine.add_request("r", [VOCAB + 5], SamplingParams())
+    engine.add_request("dup", [5], SamplingParams())
+    with pytest.raises(ConfigError, match="dup"):
+        engine.add_request("dup", [5], SamplingParams())
+
+
+def test_empty_prompt_finishes_at_once_with_no_tokens():
+    engine = make_engine()
+    engine.add_request("e", [], SamplingParams())
+    [out] = engine.step()
+    assert out.finished and out.token_ids == [] and out.text == "" and out.completion_tokens == 0
+    assert not engine.has_unfinished() and engine.model.calls == []
+
+
+def test_logprobs_come_with_each_token():
+    solo = alone([5, 6], SamplingParams(max_tokens=3, temperature=0.0, logprobs=2))
+    for out in solo["outputs"]:
+        [lp] = out.logprobs
+        assert lp.token_id == out.token_ids[0] and lp.top[0][0] == lp.token_id and len(lp.top) == 2
+
+
+# ---- engine with a tiny random-weight Llama --------------------------------------------------------------
+
+
+def tiny_llama():
+    from blazr.models.llama import Model, ModelArgs
+    from tests.tiny_models import tiny_config, tiny_weights
+
+    model = Model(ModelArgs.from_dict(tiny_config("llama")), get_backend("cpu"), "f32")
+    model.load_weights(model.sanitize(tiny_weights("llama")))
+    return model
+
+
+def test_tiny_llama_batched_equals_alone():
+    model = tiny_llama()
+    greedy = SamplingParams(max_tokens=6, temperature=0.0)
+    seeded = SamplingParams(max_tokens=6, temperature=0.8, top_p=0.9, seed=3)
+    plan = {
+        0: [("a", [1, 17, 99, 3, 250], greedy)],
+        2: [("b", [1, 64, 128, 7], seeded), ("c", [1, 5], greedy)],
+    }
+    engine = Engine(model, FakeTokenizer(), model.be, num_ctx=64, block_size=4, max_seqs=4, prefill_chunk=3)
+    together = run_all(engine, plan)
+    for request_id, prompt, params in [x for reqs in plan.values() for x in reqs]:
+        solo_engine = Engine(model, FakeTokenizer(), model.be, num_ctx=64, block_size=16, max_seqs=1)
+        solo_engine.add_request(request_id, prompt, params)
+        assert together[request_id]["ids"] == run_all(solo_engine)[request_id]["ids"], request_id
+    assert pool_is_free(engine)
+
+
+# ---- AsyncEngine -----------------------------------------------------------------------------------------
+
+
+async def _collect(engine: AsyncEngine, prompt, params, request_id=None):
+    outs = [o async for o in engine.generate(prompt, params, request_id)]
+    return [t for o in outs for t in o.token_ids], "".join(o.text for o in outs), outs[-1]
+
+
+def test_async_engine_streams_concurrent_requests():
+    prompts = {"a": [5, 6, 7], "b": [9], "c": [3, 4, 5, 6, 7, 8]}
+    params = SamplingParams(max_tokens=6, temperature=0.0)
+
+    async def main(engine):
+        return await asyncio.gather(*(_collect(engine, p, params, rid) for rid, p in prompts.items()))
+
+    engine = AsyncEngine(make_engine())
+    try:
+        results = asyncio.run(main(engine))
+    finally:
+        engine.shutdown()
+    for (rid, prompt), (ids, text, last) in zip(prompts.items(), results, strict=True):
+        solo = alone(prompt, params)
+        assert ids == solo["ids"] and text == solo["text"] and last.finish_reason == "length", rid
+    assert pool_is_free(engine.engine)
+
+
+def _wait_until(predicate, timeout=5.0):
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_async_generate_aborts_when_the_consumer_stops_or_is_cancelled():
+    params = SamplingParams(max_tokens=200, temperature=0.0, ignore_eos=True)
+
+    async def close_early(engine):
+        stream = engine.generate([5, 6], params, "closed")
+        got = [await stream.__anext__(), await stream.__anext__()]
+        await stream.aclose()
+        return got
+
+    async def cancel_task(engine):
+        started = asyncio.Event()
+
+        async def consume():
+            async for _ in engine.generate([7, 8], params, "cancelled"):
+                started.set()
+
+        task = asyncio.create_task(consume())
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    engine = AsyncEngine(make_engine(num_ctx=256))
+    try:
+        assert len(asyncio.run(close_early(engine))) == 2
+        asyncio.run(cancel_task(engine))
+        inner = engine.engine
+        assert _wait_until(lambda: not inner.has_unfinished() and pool_is_free(inner))
+    finally:
+        engine.shutdown()
+
+
+def test_async_add_request_raises_config_errors_at_the_call():
+    async def main(engine):
+        with pytest.raises(ConfigError, match="num_ctx"):
+            async for _ in engine.generate(list(range(3, 70)), SamplingParams()):
+                pass
+
+    engine = AsyncEngine(make_engine())
+    try:
+        asyncio.run(main(engine))
+    finally:
+        engine.shutdown()

@@ -1,0 +1,314 @@
+"""Every op in OPS on every available backend, over a shape grid with sizes 1, 7, 33 and 4097, against the
+float64 reference in tests/reference.py, within the table in tests/tolerances.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from blazr.backends import array_api
+from blazr.backends.base import ACTIVATIONS, BINARY_OPS, OPS, SampleParams
+from tests import reference
+from tests.tolerances import assert_close
+
+
+def call(backend, op, *args, **kwargs):
+    """Upload the array args, run the op, check it left its inputs alone, download what it returns."""
+    dev = [backend.upload(a) if isinstance(a, np.ndarray) else a for a in args]
+    before = [backend.download(a) if isinstance(a, np.ndarray) else None for a in args]
+    out = getattr(backend, op)(*dev, **kwargs)
+    for i, (d, b) in enumerate(zip(dev, before, strict=True)):
+        if b is not None:
+            assert np.array_equal(backend.download(d), b), f"{op} changed its input #{i}"
+    if isinstance(out, tuple):
+        return tuple(backend.download(o) for o in out)
+    return backend.download(out)
+
+
+def check(backend, op, *args, **kwargs):
+    got = call(backend, op, *args, **kwargs)
+    assert got.dtype == np.float32, f"{op} returned {got.dtype}, not float32"
+    assert_close(op, "f32", got, getattr(reference, op)(*args, **kwargs))
+
+
+def normal(rng, *shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+# ---- contract and memory --------------------------------------------------------------------------
+def test_every_op_exists_and_is_supported_for_f32_dense(backend):
+    for op in OPS:
+        assert callable(getattr(backend, op, None)), f"{backend.name} lacks {op}"
+        assert backend.supports(op) and backend.supports(op, "f32", None), op
+        assert not backend.supports(op, "f32", "Q4_K"), op
+    assert not backend.supports("no_such_op")
+
+
+def test_upload_casts_floats_and_ints_and_download_copies(backend, rng):
+    x = rng.standard_normal((3, 5))  # float64 on the host
+    assert backend.download(backend.upload(x)).dtype == np.float32
+    assert np.allclose(backend.download(backend.upload(x)), x, rtol=1e-6)
+    ids = backend.download(backend.upload(np.arange(4, dtype=np.int64)))
+    assert ids.dtype == np.int32 and ids.tolist() == [0, 1, 2, 3]
+    dev = backend.upload(x)
+    host = backend.download(dev)
+    host[:] = 0
+    assert backend.download(dev).any(), "download must return a copy"
+    assert backend.empty((2, 7)).shape == (2, 7)
+    assert backend.download(backend.empty((4,), "i32")).dtype == np.int32
+    backend.sync()
+
+
+# ---- linear algebra ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("vocab,dim,tokens", [(7, 1, 1), (33, 7, 7), (7, 4097, 3)])
+def test_embed(backend, rng, vocab, dim, tokens):
+    ids = rng.integers(0, vocab, tokens).astype(np.int32)
+    check(backend, "embed", normal(rng, vocab, dim), ids)
+
+
+@pytest.mark.parametrize("t,k,n", [(1, 1, 1), (1, 4097, 7), (7, 33, 4097), (33, 7, 33), (1, 576, 1536)])
+def test_matmul(backend, rng, t, k, n):
+    check(backend, "matmul", normal(rng, t, k), normal(rng, n, k, scale=k**-0.5))
+
+
+@pytest.mark.parametrize("t,k,n,experts,per_token", [(1, 7, 33, 4, 1), (7, 33, 7, 4, 2), (33, 7, 1, 3, 3)])
+def test_matmul_experts(backend, rng, t, k, n, experts, per_token):
+    ids = np.stack([rng.choice(experts, per_token, replace=False) for _ in range(t)]).astype(np.int32)
+    check(backend, "matmul_experts", normal(rng, t, k), normal(rng, experts, n, k), ids)
+
+
+# ---- normalisation ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("t,d", [(1, 1), (7, 7), (3, 33), (2, 4097)])
+def test_rms_norm(backend, rng, t, d):
+    x = normal(rng, t, d, scale=3.0)
+    check(backend, "rms_norm", x, normal(rng, d), 1e-5)
+    # a numpy float64 eps (as read from a config) must not promote the result to float64
+    check(backend, "rms_norm", x, normal(rng, d), np.float64(1e-6))
+
+
+@pytest.mark.parametrize("t,d", [(1, 1), (7, 7), (3, 33), (2, 4097)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_layer_norm(backend, rng, t, d, bias):
+    x = normal(rng, t, d, scale=2.0) + 1.5
+    check(backend, "layer_norm", x, normal(rng, d), normal(rng, d) if bias else None, 1e-5)
+
+
+# ---- attention --------------------------------------------------------------------------------------
+def inv_freq(rot_dim, base=10000.0):
+    return (1.0 / base ** (np.arange(0, rot_dim, 2) / rot_dim)).astype(np.float32)
+
+
+ROPE_SHAPES = [(1, 1, 2, None), (7, 3, 64, None), (33, 2, 16, 8), (4, 2, 96, 32)]  # (T, H, Dh, rot_dim)
+
+
+@pytest.mark.parametrize("style", ["neox", "interleaved"])
+@pytest.mark.parametrize("t,h,dh,rot_dim", ROPE_SHAPES)
+def test_rope(backend, rng, style, t, h, dh, rot_dim):
+    positions = rng.integers(0, 5000, t).astype(np.int32)
+    positions[0] = 0
+    x = normal(rng, t, h, dh)
+    check(backend, "rope", x, positions, inv_freq(rot_dim or dh), style, rot_dim)
+
+
+def test_kv_write(backend, rng):
+    s, hkv, dh = 4 * 8, 3, 7
+    slots = rng.permutation(s)[:7].astype(np.int32)
+    k, v = normal(rng, 7, hkv, dh), normal(rng, 7, hkv, dh)
+    k_host, v_host = normal(rng, s, hkv, dh), normal(rng, s, hkv, dh)
+    k_cache, v_cache = backend.upload(k_host), backend.upload(v_host)
+    backend.kv_write(k_cache, v_cache, backend.upload(k), backend.upload(v), backend.upload(slots))
+    reference.kv_write(k_host, v_host, k, v, slots)
+    assert_close("kv_write", "f32", backend.download(k_cache), k_host)
+    assert_close("kv_write", "f32", backend.download(v_cache), v_host)
+
+
+def paged_inputs(rng, seqs, h, hkv, dh, block_size, shuffled):
+    """q, caches and block tables for sequences [(ctx_len, q_len), ...]; unused slots hold noise."""
+    blocks_per_seq = [-(-ctx // block_size) for ctx, _ in seqs]
+    num_blocks = sum(blocks_per_seq) + 2
+    ids = rng.permutation(num_blocks) if shuffled else np.arange(num_blocks)
+    tables = np.full((len(seqs), max(blocks_per_seq)), -1, dtype=np.int32)
+    start = 0
+    for b, n in enumerate(blocks_per_seq):
+        tables[b, :n] = ids[start : start + n]
+        start += n
+    q_lens = np.array([n for _, n in seqs], dtype=np.int32)
+    ctx_lens = np.array([c for c, _ in seqs], dtype=np.int32)
+    s = num_blocks * block_size
+    q = normal(rng, int(q_lens.sum()), h, dh)
+    return q, normal(rng, s, hkv, dh), normal(rng, s, hkv, dh), tables, ctx_lens, q_lens
+
+
+ATTENTION_CASES = {
+    # name: (H, Hkv, Dh, block_size, [(ctx_len, q_len), ...], shuffled, window, softcap)
+    "prefill": (4, 4, 16, 4, [(7, 7)], False, 0, 0.0),
+    "prefill_gqa3_shuffled": (6, 2, 8, 8, [(33, 33)], True, 0, 0.0),
+    "decode_gqa3": (9, 3, 64, 16, [(33, 1)], False, 0, 0.0),
+    "decode_gqa4_shuffled": (8, 2, 8, 4, [(70, 1)], True, 0, 0.0),
+    "decode_ctx1": (4, 1, 8, 4, [(1, 1)], False, 0, 0.0),
+    "batch3_shuffled": (6, 2, 8, 4, [(7, 7), (33, 1), (40, 5)], True, 0, 0.0),
+    "batch3_gqa4": (8, 2, 16, 8, [(1, 1), (17, 3), (9, 9)], False, 0, 0.0),
+    "chunked_prefill": (3, 3, 8, 4, [(29, 13)], True, 0, 0.0),
+    "window_prefill": (4, 2, 8, 4, [(33, 33)], True, 8, 0.0),
+    "window_decode": (4, 4, 8, 4, [(40, 1)], False, 5, 0.0),
+    "window_batch": (6, 3, 8, 8, [(20, 4), (9, 9), (41, 1)], True, 7, 0.0),
+    "softcap": (4, 2, 16, 4, [(20, 4), (12, 12)], True, 0, 5.0),
+}
+
+
+@pytest.mark.parametrize("case", list(ATTENTION_CASES))
+def test_attention(backend, rng, case):
+    h, hkv, dh, block_size, seqs, shuffled, window, softcap = ATTENTION_CASES[case]
+    inputs = paged_inputs(rng, seqs, h, hkv, dh, block_size, shuffled)
+    scale = 3.0 * dh**-0.5 if softcap else dh**-0.5  # a larger scale makes the softcap bite
+    check(backend, "attention", *inputs, block_size, scale, window=window, softcap=softcap)
+
+
+def test_attention_long_prefill_in_query_chunks(backend, rng, monkeypatch):
+    monkeypatch.setattr(array_api, "_ATTN_CHUNK_ELEMS", 200)  # forces ~5-query chunks on the array backends
+    inputs = paged_inputs(rng, [(30, 22), (9, 9)], 4, 2, 8, 4, True)
+    check(backend, "attention", *inputs, 4, 8**-0.5, window=6)
+
+
+# ---- elementwise ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (2, 33), (2, 4097)])
+def test_softmax(backend, rng, shape):
+    check(backend, "softmax", normal(rng, *shape, scale=30.0))  # large logits test the max subtraction
+
+
+def wide_range(rng, n):
+    """n values spanning [-100, 100] plus the small values where activations bend."""
+    return np.concatenate([rng.uniform(-100, 100, n), rng.uniform(-4, 4, n)]).astype(np.float32)
+
+
+@pytest.mark.filterwarnings("error")  # an overflow in exp must not happen (nor warn)
+@pytest.mark.parametrize("kind", ACTIVATIONS)
+@pytest.mark.parametrize("n", [1, 7, 33, 4097])
+def test_act(backend, rng, kind, n):
+    check(backend, "act", wide_range(rng, n).reshape(2, n), kind)
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("kind", ACTIVATIONS)
+@pytest.mark.parametrize("t,d", [(1, 1), (7, 33), (1, 4097)])
+def test_glu(backend, rng, kind, t, d):
+    gate = wide_range(rng, t * d)[: t * d].reshape(t, d)
+    check(backend, "glu", gate, normal(rng, t, d), kind)
+
+
+@pytest.mark.parametrize("op", BINARY_OPS)
+@pytest.mark.parametrize("a_shape,b_shape", [((1, 1), (1, 1)), ((7, 33), (33,)), ((3, 4097), (3, 1))])
+def test_binary(backend, rng, op, a_shape, b_shape):
+    b = normal(rng, *b_shape)
+    b += np.where(b >= 0, 0.5, -0.5).astype(np.float32)  # keep divisors away from zero
+    check(backend, "binary", op, normal(rng, *a_shape), b)
+
+
+# ---- selection --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("b,n,k", [(1, 1, 1), (3, 7, 3), (2, 33, 33), (2, 4097, 8)])
+@pytest.mark.parametrize("ties", [False, True])
+def test_topk(backend, rng, b, n, k, ties):
+    x = rng.integers(-3, 4, (b, n)).astype(np.float32) if ties else normal(rng, b, n)
+    values, idx = call(backend, "topk", x, k)
+    want_values, want_idx = reference.topk(x, k)
+    assert idx.dtype == np.int32
+    assert idx.tolist() == want_idx.tolist()
+    assert_close("topk", "f32", values, want_values)
+
+
+def params(b, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, uniform=0.5):
+    def full(value, dtype):
+        return np.broadcast_to(np.asarray(value, dtype=dtype), (b,)).copy()  # (B,)
+
+    f32 = np.float32
+    return SampleParams(full(temperature, f32), full(top_k, np.int32), full(top_p, f32), full(min_p, f32),
+                        full(uniform, np.float64))  # fmt: skip
+
+
+def sample_ids(backend, logits, p):
+    ids = backend.download(backend.sample(backend.upload(logits), p))
+    assert ids.dtype == np.int32 and ids.shape == (len(logits),)
+    return ids.tolist()
+
+
+def test_sample_greedy_rows_take_argmax_with_ties_to_lower_id(backend, rng):
+    logits = normal(rng, 4, 33)
+    logits[1, [5, 9]] = logits[1].max() + 1.0  # a tie: id 5 wins
+    p = params(4, temperature=[0.0, 0.0, 0.0, 0.0], uniform=[0.9, 0.1, 0.5, 0.99])
+    assert sample_ids(backend, logits, p) == np.argmax(logits, axis=-1).tolist()
+
+
+@pytest.mark.parametrize("uniform", [0.0, 0.5, 0.999])
+def test_sample_top_k_1_is_argmax(backend, rng, uniform):
+    logits = normal(rng, 3, 4097, scale=2.0)
+    p = params(3, temperature=[0.7, 1.0, 1.5], top_k=1, uniform=uniform)
+    assert sample_ids(backend, logits, p) == np.argmax(logits, axis=-1).tolist()
+
+
+SAMPLE_CASES = [
+    # (vocab, logit scale, temperature, top_k, top_p, min_p)
+    (7, 1.0, 1.0, 0, 1.0, 0.0),
+    (33, 2.0, 0.8, 5, 1.0, 0.0),
+    (33, 1.0, 1.2, 0, 0.9, 0.0),
+    (33, 3.0, 1.0, 0, 1.0, 0.05),
+    (4097, 0.5, 1.0, 0, 1.0, 0.0),  # a flat row: the pick lies past the first candidate prefixes
+    (4097, 1.0, 1.0, 0, 0.95, 0.0),
+    (4097, 3.0, 0.7, 40, 0.9, 0.02),
+    (4097, 1.0, 2.0, 0, 0.8, 0.3),
+    (4097, 0.0, 1.0, 0, 1.0, 0.0),  # scale 0: integer logits, so large ties that must go in id order
+    (4097, 0.0, 0.5, 100, 0.9, 0.0),
+]
+
+
+@pytest.mark.parametrize("case", SAMPLE_CASES)
+def test_sample_fixed_uniform_gives_the_reference_token(backend, rng, case):
+    vocab, scale, temperature, top_k, top_p, min_p = case
+    uniforms = [0.0, 0.13, 0.52, 0.77, 0.999]  # none on a cumulative boundary of the tie cases
+    row = normal(rng, 1, vocab, scale=scale) if scale else rng.integers(-3, 4, (1, vocab)).astype(np.float32)
+    logits = np.repeat(row, len(uniforms), axis=0)
+    p = params(len(uniforms), temperature, top_k, top_p, min_p, uniforms)
+    assert sample_ids(backend, logits, p) == reference.sample(logits, p).tolist()
+
+
+def test_sample_top_p_and_min_p_keep_only_allowed_tokens(backend):
+    logits = np.log(np.array([[0.5, 0.1, 0.25, 0.05, 0.1]], dtype=np.float32))
+    uniforms = np.linspace(0.0, 0.999, 40)
+    rows = np.repeat(logits, len(uniforms), axis=0)
+    top_p = set(sample_ids(backend, rows, params(len(uniforms), top_p=0.7, uniform=uniforms)))
+    assert top_p == {0, 2}  # 0.5 + 0.25 reaches 0.7
+    min_p = set(sample_ids(backend, rows, params(len(uniforms), min_p=0.3, uniform=uniforms)))
+    assert min_p == {0, 2}  # 0.1 < 0.3 * 0.5
+    assert set(sample_ids(backend, rows, params(len(uniforms), top_p=0.01, uniform=uniforms))) == {0}
+
+
+# ---- sequence ---------------------------------------------------------------------------------------
+CONV_CASES = [
+    # (C_in, L, C_out, Kw, stride, pad, groups)
+    (1, 1, 1, 1, 1, 0, 1),
+    (4, 33, 6, 3, 1, 1, 1),
+    (8, 7, 8, 4, 1, 3, 8),  # depthwise, causal-style padding as in Mamba
+    (6, 33, 4, 3, 2, 1, 2),
+    (3, 4097, 2, 3, 2, 1, 1),  # strided, as in the Whisper front end
+]
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv1d(backend, rng, case, bias):
+    c_in, length, c_out, kw, stride, pad, groups = case
+    w = normal(rng, c_out, c_in // groups, kw)  # (C_out, C_in/g, Kw)
+    b = normal(rng, c_out) if bias else None
+    check(backend, "conv1d", normal(rng, c_in, length), w, b, stride, pad, groups)
+
+
+@pytest.mark.parametrize("t,h,p,g,n", [(1, 1, 1, 1, 1), (7, 4, 3, 2, 5), (33, 6, 4, 3, 8)])
+def test_ssm_scan(backend, rng, t, h, p, g, n):
+    dt = np.log1p(np.exp(normal(rng, t, h))).astype(np.float32)  # softplus'ed, as the contract says
+    a = -np.exp(normal(rng, h))
+    args = normal(rng, t, h, p), dt, a, normal(rng, t, g, n), normal(rng, t, g, n), normal(rng, h)
+    state = normal(rng, h, p, n)
+    y, final = call(backend, "ssm_scan", *args, state)
+    want_y, want_state = reference.ssm_scan(*args, state)
+    assert y.dtype == np.float32 and final.dtype == np.float32
+    assert_close("ssm_scan", "f32", y, want_y)
+    assert_close("ssm_scan", "f32", final, want_state)

@@ -1,0 +1,53 @@
+"""The one tolerance table for op tests: (op, dtype) -> (rtol, atol) against the float64 reference.
+
+A result passes when |got - want| <= atol + rtol * |want| everywhere (numpy.isclose). Start every op at the
+f32 default and loosen one entry at a time, each with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+F32 = (1e-5, 1e-6)
+F16 = (2e-2, 2e-3)
+
+TOLERANCES: dict[tuple[str, str], tuple[float, float]] = {
+    ("embed", "f32"): (0.0, 0.0),  # a row copy is exact
+    ("matmul", "f32"): F32,
+    ("matmul_experts", "f32"): F32,
+    ("rms_norm", "f32"): F32,
+    ("layer_norm", "f32"): F32,
+    ("rope", "f32"): F32,
+    ("kv_write", "f32"): (0.0, 0.0),  # a row copy is exact
+    ("attention", "f32"): F32,
+    ("softmax", "f32"): F32,
+    ("glu", "f32"): F32,
+    ("act", "f32"): F32,
+    ("binary", "f32"): F32,
+    ("topk", "f32"): (0.0, 0.0),  # values are picked, not computed
+    ("conv1d", "f32"): F32,
+    ("ssm_scan", "f32"): F32,
+}
+
+
+def tolerance(op: str, dtype: str = "f32") -> tuple[float, float]:
+    """(rtol, atol) for an op; f16/bf16 entries default to F16 until an op needs its own."""
+    if (op, dtype) in TOLERANCES:
+        return TOLERANCES[(op, dtype)]
+    if dtype in ("f16", "bf16"):
+        return F16
+    raise KeyError(f"no tolerance for ({op!r}, {dtype!r}); add one to tests/tolerances.py")
+
+
+def assert_close(op: str, dtype: str, got, want) -> None:
+    """Assert got (a backend result, downloaded) matches want (the float64 reference) within the table."""
+    rtol, atol = tolerance(op, dtype)
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    assert got.shape == want.shape, f"{op}: shape {got.shape} != reference {want.shape}"
+    bad = ~np.isclose(got, want, rtol=rtol, atol=atol)
+    if bad.any():
+        i = np.unravel_index(np.argmax(np.abs(got - want) - rtol * np.abs(want)), got.shape)
+        raise AssertionError(
+            f"{op} ({dtype}): {bad.sum()} of {got.size} values off; worst at {i}: got {got[i]!r}, "
+            f"want {want[i]!r} (rtol={rtol}, atol={atol})"
+        )
