@@ -1,6 +1,6 @@
 """Size budgets (design.md §11.14): fail when a file passes its line cap without a waiver.
 
-Caps: model files 300 lines, other modules 500, shaders 250. A waiver is a line `# size-waiver: <why>` in the
+Caps: model files about 300 lines (hard line 320), other modules 500, shaders 250. A waiver is a line `# size-waiver: <why>` in the
 file's first 5 lines.
 """
 
@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CAPS = [("blazr/models/", 300), ("shaders/", 250), ("blazr/", 500)]
+# design.md says "about 300" for a model file: 320 is the hard line
+CAPS = [("blazr/models/", 320), ("shaders/", 250), ("blazr/", 500)]
 
 
 def cap_for(rel: str) -> int | None:

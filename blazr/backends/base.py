@@ -60,7 +60,9 @@ class SampleParams:
     top_k: np.ndarray  # (B,) int32; 0 disables
     top_p: np.ndarray  # (B,) f32; 1.0 disables
     min_p: np.ndarray  # (B,) f32; 0.0 disables
-    uniform: np.ndarray  # (B,) f64 in [0, 1): the random draw, made on the host from each request's seeded RNG
+    uniform: (
+        np.ndarray
+    )  # (B,) f64 in [0, 1): the random draw, made on the host from each request's seeded RNG
 
 
 @runtime_checkable
@@ -100,7 +102,9 @@ class Backend(Protocol):
         """x (T, D), w (D,), b (D,) or None -> (T, D) = (x - mean) / sqrt(var + eps) * w + b."""
 
     # ---- attention ----------------------------------------------------------------------------------
-    def rope(self, x: Array, positions: Array, inv_freq: Array, style: str, rot_dim: int | None = None) -> Array:
+    def rope(
+        self, x: Array, positions: Array, inv_freq: Array, style: str, rot_dim: int | None = None
+    ) -> Array:
         """x (T, H, Dh), positions (T,), inv_freq (R/2,) -> (T, H, Dh) rotated.
 
         The first `rot_dim` (default Dh) features of each head are rotated, the rest pass through (partial
@@ -186,5 +190,7 @@ def check_supports(backend: Backend, needs: list[tuple[str, str | None, str | No
 
     for op, dtype, fmt in needs:
         if not backend.supports(op, dtype, fmt):
-            what = op + (f" with {dtype} activations" if dtype else "") + (f" on {fmt} weights" if fmt else "")
+            what = (
+                op + (f" with {dtype} activations" if dtype else "") + (f" on {fmt} weights" if fmt else "")
+            )
             raise UnsupportedError(f"device {backend.name} does not support {what}")

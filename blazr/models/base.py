@@ -15,6 +15,15 @@ from blazr.models.batch import ForwardBatch
 
 Array = Any  # a backend's array handle
 
+# HF hidden_act -> backend activation kind
+HF_ACTIVATIONS = {
+    "silu": "silu",
+    "swish": "silu",
+    "gelu": "gelu",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "relu": "relu",
+}
+
 
 @dataclasses.dataclass
 class BaseModelArgs:

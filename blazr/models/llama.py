@@ -14,6 +14,7 @@ import numpy as np
 
 from blazr.errors import UnsupportedError
 from blazr.models.base import (
+    HF_ACTIVATIONS,
     Array,
     BaseModelArgs,
     Step,
@@ -27,14 +28,6 @@ from blazr.models.batch import ForwardBatch
 from blazr.models.rope import rope_parameters, rope_type
 
 OPS_USED = ("embed", "matmul", "rms_norm", "rope", "kv_write", "attention", "glu", "binary")
-# HF hidden_act -> backend activation kind
-HF_ACTIVATIONS = {
-    "silu": "silu",
-    "swish": "silu",
-    "gelu": "gelu",
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "relu": "relu",
-}
 
 
 @dataclass

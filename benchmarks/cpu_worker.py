@@ -1,0 +1,96 @@
+"""One benchmark measurement in a fresh process; prints one JSON line. Run by bench_cpu.py.
+
+python cpu_worker.py blazr|llama.cpp MODEL.gguf ttft|prefill128|prefill512|decode128 THREADS
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+
+PROMPT = [504, 3575, 282, 4649, 314]  # "The capital of France is"
+DECODE_TOKENS = 128
+
+
+def long_prompt(n: int) -> list[int]:
+    """n deterministic in-vocabulary ids, the same for both runtimes."""
+    return [100 + (i * 7919) % 40000 for i in range(n)]
+
+
+class Blazr:
+    def __init__(self, model: str, threads: int):
+        import blazr
+
+        self.llm = blazr.load(model, num_ctx=2048)
+
+    def first_token(self) -> None:
+        next(iter(self.llm.stream(PROMPT, temperature=0, max_tokens=1)))
+
+    def prefill(self, ids: list[int]) -> float:
+        self.llm.generate(ids, temperature=0, max_tokens=1)
+        return self.llm.last_stats.prefill_seconds
+
+    def decode(self) -> float:
+        # DECODE_TOKENS + 1 tokens: the first comes from the prefill, the rest are timed decode steps
+        self.llm.generate(PROMPT, temperature=0, max_tokens=DECODE_TOKENS + 1, ignore_eos=True)
+        return self.llm.last_stats.decode_seconds
+
+
+class LlamaCpp:
+    def __init__(self, model: str, threads: int):
+        from llama_cpp import Llama
+
+        self.llm = Llama(
+            model, n_ctx=2048, n_batch=512, n_threads=threads, n_threads_batch=threads, verbose=False
+        )
+
+    def _next(self) -> int:
+        import numpy as np
+
+        return int(np.argmax(self.llm.scores[self.llm.n_tokens - 1]))
+
+    def first_token(self) -> None:
+        self.llm.reset()
+        self.llm.eval(PROMPT)
+        self._next()
+
+    def prefill(self, ids: list[int]) -> float:
+        self.llm.reset()
+        t = time.perf_counter()
+        self.llm.eval(ids)
+        self._next()
+        return time.perf_counter() - t
+
+    def decode(self) -> float:
+        self.llm.reset()
+        self.llm.eval(PROMPT)
+        tok = self._next()
+        t = time.perf_counter()
+        for _ in range(DECODE_TOKENS):
+            self.llm.eval([tok])
+            tok = self._next()
+        return time.perf_counter() - t
+
+
+def main() -> None:
+    runtime, model, task, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    rt = (Blazr if runtime == "blazr" else LlamaCpp)(model, threads)
+    result: dict = {}
+    if task == "ttft":
+        rt.first_token()
+        result["first_token_time"] = time.time()
+    else:
+        rt.prefill(long_prompt(16))  # warm-up: first-touch page faults and caches are not what we time
+        if task.startswith("prefill"):
+            n = int(task.removeprefix("prefill"))
+            result[f"{task}_tok_s"] = n / rt.prefill(long_prompt(n))
+        else:
+            result["decode_tok_s"] = DECODE_TOKENS / rt.decode()
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

