@@ -47,9 +47,11 @@ class LlamaCpp:
         )
 
     def _next(self) -> int:
+        """Greedy next token from the last evaluated position (eval keeps only that row of logits)."""
         import numpy as np
 
-        return int(np.argmax(self.llm.scores[self.llm.n_tokens - 1]))
+        logits = np.ctypeslib.as_array(self.llm._ctx.get_logits(), shape=(self.llm.n_vocab(),))
+        return int(np.argmax(logits))
 
     def first_token(self) -> None:
         self.llm.reset()

@@ -92,7 +92,8 @@ class ArrayAPIBackend:
     # ---- normalisation ------------------------------------------------------------------------------
     def rms_norm(self, x: Array, w: Array, eps: float) -> Array:
         xp = self.xp
-        ms = xp.mean(xp.square(x), axis=-1, keepdims=True)  # (T, 1)
+        # einsum sums squares without a (T, D) temporary: this op runs twice per layer per token
+        ms = xp.einsum("td,td->t", x, x)[:, None] * (1.0 / x.shape[-1])  # (T, 1)
         out = x * (1.0 / xp.sqrt(ms + float(eps)))  # (T, D)
         out *= w
         return out
@@ -116,10 +117,7 @@ class ArrayAPIBackend:
             raise ConfigError(f"rope style {style!r} is unknown; use one of {ROPE_STYLES}")
         dh = x.shape[-1]
         r = dh if rot_dim is None else int(rot_dim)
-        # Angles in float64: p * inv_freq at p ~ 1e4 loses ~1e-3 rad in float32; the table is tiny.
-        angles = positions.astype(xp.float64)[:, None] * inv_freq.astype(xp.float64)[None, :]  # (T, R/2)
-        cos = xp.cos(angles).astype(x.dtype)[:, None, :]  # (T, 1, R/2)
-        sin = xp.sin(angles).astype(x.dtype)[:, None, :]  # (T, 1, R/2)
+        cos, sin = self._rope_table(positions, inv_freq, x.dtype)  # (T, 1, R/2) each
         if style == "neox":
             first, second = slice(0, r // 2), slice(r // 2, r)  # feature i pairs with i + R/2
         else:
@@ -131,6 +129,20 @@ class ArrayAPIBackend:
         if r < dh:
             out[..., r:] = x[..., r:]
         return out
+
+    def _rope_table(self, positions: Array, inv_freq: Array, dtype) -> tuple[Array, Array]:
+        """cos and sin of p * inv_freq, (T, 1, R/2) each. Every layer of a step passes the same positions and
+        inv_freq arrays, so the last table is kept and reused while both arguments are the same objects."""
+        key = (positions, inv_freq, dtype)
+        cached = getattr(self, "_rope_cache", None)
+        if cached is not None and all(a is b for a, b in zip(cached[0], key, strict=True)):
+            return cached[1]
+        xp = self.xp
+        # Angles in float64: p * inv_freq at p ~ 1e4 loses ~1e-3 rad in float32; the table is tiny.
+        angles = positions.astype(xp.float64)[:, None] * inv_freq.astype(xp.float64)[None, :]  # (T, R/2)
+        table = xp.cos(angles).astype(dtype)[:, None, :], xp.sin(angles).astype(dtype)[:, None, :]
+        self._rope_cache = (key, table)  # holds the key arrays, so their ids cannot be reused meanwhile
+        return table
 
     def kv_write(self, k_cache: Array, v_cache: Array, k: Array, v: Array, slots: Array) -> None:
         k_cache[slots] = k
@@ -161,8 +173,8 @@ class ArrayAPIBackend:
             chunk = max(1, _ATTN_CHUNK_ELEMS // (q.shape[1] * (ctx - k_lo)))
             for c0 in range(0, n, chunk):
                 c1 = min(n, c0 + chunk)
-                q_pos = np.arange(ctx - n + c0, ctx - n + c1)  # (nc,) positions of these queries
-                bias = self._mask_bias(q_pos, np.arange(k_lo, ctx), window)
+                # A lone (decode) query sees every key kept above, whose range already applies the window.
+                bias = None if n == 1 else self._step_bias(ctx, n, c0, c1, k_lo, window)
                 out[q_start + c0 : q_start + c1] = self._attend(
                     q[q_start + c0 : q_start + c1], keys, values, bias, float(scale), float(softcap)
                 )
@@ -179,6 +191,10 @@ class ArrayAPIBackend:
         paged = cache.reshape(-1, block_size, *cache.shape[1:])  # (num_blocks, bs, Hkv, Dh)
         rows = paged[self.xp.asarray(blocks)].reshape(-1, *cache.shape[1:])  # (nb * bs, Hkv, Dh)
         return rows[skip : skip + hi - lo]
+
+    def _step_bias(self, ctx: int, n: int, c0: int, c1: int, k_lo: int, window: int) -> Array | None:
+        q_pos = np.arange(ctx - n + c0, ctx - n + c1)  # (nc,) positions of these queries
+        return self._mask_bias(q_pos, np.arange(k_lo, ctx), window)
 
     def _mask_bias(self, q_pos: np.ndarray, k_pos: np.ndarray, window: int) -> Array | None:
         """(nc, Lk) additive bias: -inf where a key is in a query's future or outside its window, or None."""

@@ -190,6 +190,10 @@ def check_supports(backend: Backend, needs: list[tuple[str, str | None, str | No
 
     for op, dtype, fmt in needs:
         if not backend.supports(op, dtype, fmt):
+            if dtype and backend.supports(op, None, fmt):
+                raise UnsupportedError(
+                    f"device {backend.name} cannot compute in {dtype}; use --dtype f32 or another --device"
+                )
             what = (
                 op + (f" with {dtype} activations" if dtype else "") + (f" on {fmt} weights" if fmt else "")
             )
