@@ -41,11 +41,7 @@ def generate(
     model_dir: o.ModelDir = None,
 ) -> None:
     """Complete a prompt as raw text (no chat template); the text streams to stdout."""
-    settings = o.settings_from_flags(
-        max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
-        repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, seed=seed, stop=stop,
-        device=device, dtype=dtype, num_ctx=num_ctx, chat_template=chat_template,
-    )  # fmt: skip
+    settings = o.settings_from_params(locals())
     text_prompt = prompt if prompt is not None else read_stdin_prompt()
     llm = o.load_llm(model, settings, model_dir)
     if verbose_prompt:
@@ -98,11 +94,7 @@ def run(
     """Chat with a model: one answer with --prompt, else an interactive session (/clear, /history, /exit)."""
     from blazr.commands.repl import Conversation, answer, run_session
 
-    settings = o.settings_from_flags(
-        max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
-        repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, seed=seed, stop=stop,
-        device=device, dtype=dtype, num_ctx=num_ctx, chat_template=chat_template,
-    )  # fmt: skip
+    settings = o.settings_from_params(locals())
     llm = o.load_llm(model, settings, model_dir, verbose=verbose)
     conversation = Conversation()
     if prompt is not None:

@@ -110,6 +110,11 @@ def settings_from_flags(**flags: Any) -> Settings:
     return apply_flags(load_settings(), given)
 
 
+def settings_from_params(params: dict[str, Any]) -> Settings:
+    """settings_from_flags over the shared flags among a command's parameters (pass `locals()`)."""
+    return settings_from_flags(**{name: value for name, value in params.items() if name in FLAG_KEYS})
+
+
 def sampling_kwargs(settings: Settings) -> dict[str, Any]:
     """Keyword arguments for LLM.stream / LLM.chat from the merged generation settings."""
     g = settings.generation

@@ -163,11 +163,7 @@ def chat(
     model_dir: o.ModelDir = None,
 ) -> None:
     """Multi-turn chat (/clear, /system <msg>, /history, /exit); lines come from the terminal or stdin."""
-    settings = o.settings_from_flags(
-        max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
-        repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, seed=seed, stop=stop,
-        device=device, dtype=dtype, num_ctx=num_ctx, chat_template=chat_template,
-    )  # fmt: skip
+    settings = o.settings_from_params(locals())
     llm = o.load_llm(model, settings, model_dir, verbose=verbose)
     conversation = Conversation(system=system)
     run_session(llm, conversation, o.sampling_kwargs(settings), kind="chat", show_stats=verbose)
