@@ -11,7 +11,7 @@ import typer
 from typer.core import TyperGroup
 
 from blazr import __version__
-from blazr.commands import completions, generate, models, repl
+from blazr.commands import completions, devices, generate, models, repl, serve
 from blazr.errors import BlazrError
 
 # optional module -> the extra that provides it (pyproject [project.optional-dependencies])
@@ -72,6 +72,9 @@ app.command("info")(models.info)
 app.command("list")(models.list_command)
 app.command("pull")(models.pull)
 app.command("completions")(completions.completions)
+app.command("devices")(devices.devices)
+app.command("serve")(serve.serve)
+app.command("ps")(serve.ps)
 
 
 def main() -> None:

@@ -52,17 +52,22 @@ class ServerSettings:
     """`blazr serve` settings."""
 
     port: int = 8080
-    host: str = "0.0.0.0"
-    api_key: str | None = None  # (optional) also BLAZR_API_KEY
+    host: str = "127.0.0.1"  # loopback unless asked: the server runs code paths any client can reach
+    api_key: str | None = None  # (optional) also BLAZR_API_KEY; --api-key may repeat
+    api_key_file: str | None = None  # (optional) one key per line; blank and # lines skipped
     tls_cert: str | None = None  # (optional) PEM certificate chain
     tls_key: str | None = None  # (optional) PEM private key
-    max_concurrent_requests: int = 16
+    max_concurrent_requests: int = 16  # sequences each loaded model decodes together (engine max_seqs)
+    max_queued_requests: int = 64  # generation requests waiting beyond those; more get 429
+    max_loaded_models: int = 1  # least recently used idle models are unloaded above this
+    keep_alive_secs: float = -1.0  # idle seconds before an unused model unloads; negative: never
     request_timeout_secs: int = 300
+    shutdown_grace_secs: float = 30.0  # SIGTERM: in-flight requests get this long to finish
     cors_enabled: bool = True
     cors_origins: list[str] = field(default_factory=list)  # empty = any origin
     request_logging: bool = True
     max_body_size: int = 10 * 1024 * 1024
-    max_inflight_tokens: int = 0  # 0 = unlimited
+    max_inflight_tokens: int = 0  # 0 = unlimited; prompt + max_tokens of admitted requests, else 503
 
 
 @dataclass
@@ -262,6 +267,11 @@ VALIDATORS: dict[str, Callable[[Any], Any]] = {
     "server.port": _between(1, 65535),
     "server.max_concurrent_requests": _at_least(1),
     "server.request_timeout_secs": _at_least(1),
+    "server.max_queued_requests": _at_least(0),
+    "server.max_loaded_models": _at_least(1),
+    "server.shutdown_grace_secs": _at_least(0),
+    "server.max_body_size": _at_least(1),
+    "server.max_inflight_tokens": _at_least(0, " (0 means unlimited)"),
 }
 
 

@@ -12,6 +12,17 @@ import pytest
 BACKEND_SPECS = ("cpu", "wgpu", "cuda")
 
 
+def _use_private_lavapipe() -> None:
+    """Point the Vulkan loader at the lavapipe tools/setup_software_vulkan.sh unpacks, unless told otherwise."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    icd = Path(os.environ.get("BLAZR_MESA_DIR") or base / "blazr-mesa-lvp") / "lvp_icd.json"
+    if icd.is_file() and "VK_ICD_FILENAMES" not in os.environ:
+        os.environ["VK_ICD_FILENAMES"] = str(icd)
+
+
+_use_private_lavapipe()
+
+
 def _available_backends() -> list[str]:
     from blazr.backends import get_backend
     from blazr.errors import BlazrError

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from blazr.backends import get_backend
-from blazr.engine import AsyncEngine, BlockPool, Engine, OutOfBlocksError, SamplingParams
+from blazr.engine import AsyncEngine, Engine, QueueFullError, SamplingParams
 from blazr.errors import ConfigError
 
 EOS = 2
@@ -126,26 +126,26 @@ def pool_is_free(engine: Engine) -> bool:
     return engine.pool.num_free == engine.pool.num_blocks
 
 
-# ---- block pool ------------------------------------------------------------------------------------------
+# ---- pool sizing -----------------------------------------------------------------------------------------
 
 
-def test_block_pool_grows_tables_and_raises_when_short():
-    pool = BlockPool(num_blocks=3, block_size=4)
-    assert pool.allocate("a", 5) == [0, 1]
-    assert pool.allocate("a", 8) == [0, 1]  # still fits
-    assert pool.allocate("b", 1) == [2]
-    with pytest.raises(OutOfBlocksError, match="'a'"):
-        pool.allocate("a", 9)
-    assert pool.block_table("a") == [0, 1]  # a failed allocation takes nothing
-    pool.free("a")
-    assert pool.num_free == 2 and pool.allocate("c", 8) == [0, 1]  # freed blocks are reused, low ids first
-    pool.free("b")
-    pool.free("c")
-    assert pool.num_free == 3
+def test_pool_is_sized_from_max_seqs_num_blocks_or_a_memory_budget():
+    assert make_engine(num_ctx=10, max_seqs=3, block_size=4).pool.num_blocks == 9
+    assert make_engine(num_ctx=10, num_blocks=5, block_size=4).pool.num_blocks == 5
+    # the fake cache is one int64 per slot: 4 slots * 8 bytes per block
+    assert make_engine(num_ctx=10, kv_cache_bytes=32 * 7 + 5, block_size=4).pool.num_blocks == 7
+    with pytest.raises(ConfigError, match="kv_cache_bytes"):
+        make_engine(num_ctx=64, kv_cache_bytes=100, block_size=4)
+    with pytest.raises(ConfigError, match="max_num_batched_tokens=0"):
+        make_engine(max_num_batched_tokens=0)
 
 
-def test_pool_is_sized_for_max_seqs_full_contexts():
-    assert BlockPool.for_context(num_ctx=10, max_seqs=3, block_size=4).num_blocks == 9
+def test_tiny_llama_pool_from_bytes_matches_its_cache_layout():
+    model = tiny_llama()
+    a = model.args
+    per_block = 2 * a.num_hidden_layers * 16 * a.num_key_value_heads * a.head_dim * 4  # k and v, float32
+    engine = Engine(model, FakeTokenizer(), model.be, num_ctx=64, kv_cache_bytes=per_block * 10)
+    assert engine.pool.num_blocks == 10
 
 
 # ---- engine with the fake model --------------------------------------------------------------------------
@@ -180,13 +180,37 @@ def test_chunked_prefill_gives_the_same_tokens():
     assert pool_is_free(engine)
 
 
-def test_decode_runs_all_running_requests_in_one_batch():
+def test_requests_join_one_batch_and_prefill_chunks_mix_with_decodes():
     engine = make_engine()
     for i in range(3):
         engine.add_request(f"r{i}", [4 + i, 5], SamplingParams(max_tokens=4, temperature=0.0))
+    engine.step()
+    assert engine.model.calls == [6]  # three prompts in one pass
+    engine.add_request("late", list(range(3, 13)), SamplingParams(max_tokens=2, temperature=0.0))
+    engine.step()
+    assert engine.model.calls[-1] == 3 + 10  # three decode tokens and the new prompt, together
     run_all(engine)
-    assert engine.model.calls[:3] == [2, 2, 2]  # three prefills
-    assert engine.model.calls[3] == 3  # then one decode step for all three
+    assert pool_is_free(engine)
+
+
+def test_token_budget_chunks_long_prompts_and_keeps_decodes_going():
+    engine = make_engine(max_num_batched_tokens=6)
+    engine.add_request("a", [5, 6], SamplingParams(max_tokens=6, temperature=0.0))
+    engine.step()
+    engine.add_request("b", list(range(3, 20)), SamplingParams(max_tokens=3, temperature=0.0))
+    got = run_all(engine)
+    assert engine.model.calls[:5] == [2, 6, 6, 6, 3]  # a decodes every step while b's prompt is chunked
+    assert got["b"]["ids"] == alone(list(range(3, 20)), SamplingParams(max_tokens=3, temperature=0.0))["ids"]
+
+
+def test_max_seqs_limits_the_running_set():
+    engine = make_engine(max_seqs=2)
+    for i in range(3):
+        engine.add_request(f"r{i}", [4 + i, 5], SamplingParams(max_tokens=3, temperature=0.0))
+    engine.step()
+    assert engine.num_running == 2 and engine.num_waiting == 1
+    run_all(engine)
+    assert pool_is_free(engine)
 
 
 def test_abort_frees_blocks_at_once_and_reports_abort():
@@ -195,10 +219,11 @@ def test_abort_frees_blocks_at_once_and_reports_abort():
     engine.add_request("b", [5, 6], SamplingParams(max_tokens=50, temperature=0.0))
     for _ in range(4):
         engine.step()
-    used_by_a = len(engine.pool.block_table("a"))
+    [seq_a] = engine.scheduler.get("a")
+    used_by_a = len(engine.kv.block_table(seq_a))
     free_before = engine.pool.num_free
     engine.abort("a")
-    assert engine.pool.num_free == free_before + used_by_a
+    assert used_by_a == 2 and engine.pool.num_free == free_before + used_by_a
     outs = {o.request_id: o for o in engine.step()}
     assert outs["a"].finished and outs["a"].finish_reason == "abort"
     assert not outs["b"].finished
@@ -290,6 +315,14 @@ def test_bad_requests_raise_config_errors():
         engine.add_request("dup", [5], SamplingParams())
 
 
+def test_negative_seed_means_random_and_a_non_integer_seed_is_refused():
+    engine = make_engine()
+    engine.add_request("neg", [5, 6], SamplingParams(max_tokens=2, seed=-1))
+    assert len(run_all(engine)["neg"]["ids"]) == 2
+    with pytest.raises(ConfigError, match="seed"):
+        engine.add_request("bad", [5], SamplingParams(seed=1.5))
+
+
 def test_empty_prompt_finishes_at_once_with_no_tokens():
     engine = make_engine()
     engine.add_request("e", [], SamplingParams())
@@ -303,6 +336,95 @@ def test_logprobs_come_with_each_token():
     for out in solo["outputs"]:
         [lp] = out.logprobs
         assert lp.token_id == out.token_ids[0] and lp.top[0][0] == lp.token_id and len(lp.top) == 2
+
+
+def test_prefix_cache_hit_reports_cached_tokens_and_equals_a_cold_run():
+    params = SamplingParams(max_tokens=5, temperature=0.0)
+    system = list(range(3, 14))  # 11 tokens: two full blocks of 4
+    engine = make_engine()
+    engine.add_request("first", system + [20, 21], params)
+    first = run_all(engine)["first"]
+    assert first["outputs"][-1].cached_tokens == 0
+    engine.add_request("second", system + [22], params)
+    second = run_all(engine)["second"]
+    assert second["outputs"][-1].cached_tokens == 8
+    assert engine.model.calls[-5] == 12 - 8  # only the uncached tail was prefilled
+    assert second["ids"] == alone(system + [22], params)["ids"]
+    assert engine.kv.stats.hit_tokens == 8 and pool_is_free(engine)
+    off = make_engine(enable_prefix_cache=False)
+    off.add_request("a", system + [20, 21], params)
+    off.add_request("b", system + [22], params)
+    assert [o.cached_tokens for o in run_all(off)["b"]["outputs"]] == [0] * 5
+
+
+def test_a_multi_turn_chat_reuses_the_blocks_of_the_previous_answer():
+    params = SamplingParams(max_tokens=9, temperature=0.0)
+    engine = make_engine()
+    engine.add_request("turn1", [5, 6, 7], params)
+    answer = run_all(engine)["turn1"]["ids"]
+    follow_up = [5, 6, 7] + answer + [30, 31]  # 14 tokens; the first 11 were computed in turn 1
+    engine.add_request("turn2", follow_up, params)
+    got = run_all(engine)["turn2"]
+    assert got["outputs"][0].cached_tokens == 8
+    assert got["ids"] == alone(follow_up, params)["ids"]
+
+
+def test_n_choices_share_the_prompt_blocks_and_choice_zero_equals_n_1():
+    prompt = list(range(3, 14))
+    params = SamplingParams(max_tokens=6, temperature=1.0, seed=4, n=3)
+    engine = make_engine(model=FakeModel(), num_ctx=64)
+    engine.add_request("multi", prompt, params)
+    by_index: dict[int, list[int]] = {0: [], 1: [], 2: []}
+    outputs = []
+    while engine.has_unfinished():
+        for out in engine.step():
+            assert out.request_id == "multi"
+            by_index[out.index] += out.token_ids
+            outputs.append(out)
+    assert by_index[0] == alone(prompt, SamplingParams(max_tokens=6, temperature=1.0, seed=4))["ids"]
+    assert engine.model.calls[0] == 11 and engine.model.calls[1] == 1 + 2 * 3  # others prefill 3 tokens
+    assert sum(o.finished for o in outputs) == 3
+    assert {o.cached_tokens for o in outputs if o.index > 0} == {8}
+    assert pool_is_free(engine)
+    engine.add_request("multi", prompt, params)  # the id is free again once every choice ended
+    engine.abort("multi")
+    assert sorted(o.index for o in engine.step()) == [0, 1, 2] and pool_is_free(engine)
+
+
+def test_preemption_recomputes_the_newest_and_gives_the_same_tokens():
+    params = SamplingParams(max_tokens=20, temperature=0.0)
+    prompts = {"old": [5, 6, 7], "mid": [8, 9], "new": [10, 11, 12, 13]}
+    engine = make_engine(num_ctx=32, num_blocks=8, enable_prefix_cache=False)  # 8 blocks of 4: too few
+    for rid, prompt in prompts.items():
+        engine.add_request(rid, prompt, params)
+    got = run_all(engine)
+    assert engine.scheduler.num_preemptions > 0
+    for rid, prompt in prompts.items():
+        assert got[rid]["ids"] == alone(prompt, params)["ids"], rid
+    assert pool_is_free(engine)
+
+
+def test_the_waiting_queue_is_bounded():
+    engine = make_engine(max_waiting=2)
+    engine.add_request("a", [5], SamplingParams())
+    with pytest.raises(QueueFullError, match="max_waiting=2"):
+        engine.add_request("b", [5], SamplingParams(n=2))
+    engine.add_request("b", [5], SamplingParams())
+    with pytest.raises(QueueFullError):
+        engine.add_request("c", [5], SamplingParams())
+    engine.step()  # both join the running set
+    engine.add_request("c", [5], SamplingParams())
+
+
+def test_logprobs_per_token_in_a_mixed_batch():
+    engine = make_engine()
+    engine.add_request("lp", [5, 6], SamplingParams(max_tokens=4, temperature=0.0, logprobs=3))
+    engine.add_request("plain", [7, 8, 9], SamplingParams(max_tokens=4, temperature=0.0))
+    got = run_all(engine)
+    for out in got["lp"]["outputs"]:
+        [lp] = out.logprobs
+        assert lp.token_id == out.token_ids[0] and len(lp.top) == 3
+    assert all(o.logprobs is None for o in got["plain"]["outputs"])
 
 
 # ---- engine with a tiny random-weight Llama --------------------------------------------------------------

@@ -10,8 +10,9 @@ import asyncio
 import queue
 import threading
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from blazr.engine.engine import Engine
 from blazr.engine.request import RequestOutput, SamplingParams
@@ -33,7 +34,8 @@ class AsyncEngine:
 
     def __init__(self, engine: Engine):
         self.engine = engine
-        self._commands: queue.SimpleQueue = queue.SimpleQueue()  # ("add", id, ids, params) | ("abort", id)
+        # ("add", id, ids, params) | ("abort", id) | ("call", fn, future)
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._streams: dict[str, _Stream] = {}
         self._lock = threading.Lock()  # guards _streams (event loop thread vs engine thread)
         self._wake = threading.Event()
@@ -69,9 +71,11 @@ class AsyncEngine:
         self, prompt_ids: list[int], params: SamplingParams | None = None, request_id: str | None = None
     ) -> AsyncIterator[RequestOutput]:
         """Stream a request's outputs. If the consumer stops early (break + aclose, or task cancel), the
-        request is aborted so its KV blocks go back to the pool."""
+        request is aborted so its KV blocks go back to the pool. With params.n > 1 the outputs of all choices
+        interleave (RequestOutput.index) and the stream ends when every choice has finished."""
         request_id = request_id or uuid.uuid4().hex
         outputs = self.add_request(request_id, prompt_ids, params)
+        unfinished = params.n if params is not None else 1
         finished = False
         try:
             while not finished:
@@ -79,13 +83,23 @@ class AsyncEngine:
                 if isinstance(item, BaseException):
                     finished = True
                     raise item
-                finished = item.finished
+                unfinished -= item.finished
+                finished = unfinished == 0
                 yield item
         finally:
             if not finished:
                 self.abort(request_id)
             with self._lock:
                 self._streams.pop(request_id, None)
+
+    async def run(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn()` on the engine thread between two steps and return its result (or raise its error).
+        For work that must not overlap a step on the same model and backend, e.g. an embedding forward."""
+        if self._stopped:
+            raise EngineStoppedError("the engine has been shut down")
+        future = asyncio.get_running_loop().create_future()
+        self._send(("call", fn, future))
+        return await future
 
     def shutdown(self, timeout: float | None = 5.0) -> None:
         """Stop the engine thread; requests still running end with EngineStoppedError."""
@@ -114,6 +128,17 @@ class AsyncEngine:
             for output in outputs:
                 self._deliver(output.request_id, output)
         self._fail_all(EngineStoppedError("the engine was shut down before the request finished"))
+        self._fail_calls()
+
+    def _fail_calls(self) -> None:
+        """Settle `run()` calls still queued at shutdown, so no caller waits forever."""
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if command[0] == "call":
+                self._call(_raise_stopped, command[2])
 
     def _apply_commands(self) -> None:
         while True:
@@ -124,11 +149,25 @@ class AsyncEngine:
             if command[0] == "abort":
                 self.engine.abort(command[1])
                 continue
+            if command[0] == "call":
+                self._call(command[1], command[2])
+                continue
             _, request_id, prompt_ids, params = command
             try:
                 self.engine.add_request(request_id, prompt_ids, params)
-            except BlazrError as error:
+            except Exception as error:  # any failure ends that request only: the engine thread must live on
                 self._deliver(request_id, error)
+
+    @staticmethod
+    def _call(fn: Callable[[], Any], future: asyncio.Future) -> None:
+        try:
+            outcome: tuple[Any, BaseException | None] = (fn(), None)
+        except Exception as error:  # handed to the caller, who awaits run()
+            outcome = (None, error)
+        try:
+            future.get_loop().call_soon_threadsafe(_settle, future, *outcome)
+        except RuntimeError:
+            pass  # the caller's event loop is closed
 
     def _fail_all(self, error: BaseException) -> None:
         with self._lock:
@@ -146,3 +185,16 @@ class AsyncEngine:
             stream.loop.call_soon_threadsafe(stream.queue.put_nowait, item)
         except RuntimeError:
             pass  # the consumer's event loop is closed
+
+
+def _settle(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    if future.done():
+        return  # the caller was cancelled
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+def _raise_stopped() -> None:
+    raise EngineStoppedError("the engine was shut down before the call ran")

@@ -1,6 +1,9 @@
 """Engine: the synchronous step loop (schedule -> execute -> update) plus detokenization and stop strings.
 
-One `step()` runs one batch and returns a RequestOutput for every request that produced a token or ended.
+One `step()` runs one continuous batch (prefill chunks and decode tokens of many sequences) and returns a
+RequestOutput for every sequence that produced a token or ended. A request with n > 1 runs as n sequences
+(choices, RequestOutput.index); choices 1..n-1 wait until choice 0's prompt is in the prefix cache and then
+share its full blocks, recomputing only the partly filled last block (at most block_size tokens).
 Not thread-safe: drive it from one thread (AsyncEngine does that for async callers).
 """
 
@@ -10,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from blazr.backends.base import Backend
-from blazr.engine.kv_cache import BlockPool
+from blazr.engine.block_pool import BlockPool
+from blazr.engine.kv_cache import KVCacheManager
 from blazr.engine.request import FinishReason, Request, RequestOutput, SamplingParams, TokenLogprob
-from blazr.engine.runner import ModelRunner
+from blazr.engine.runner import ModelRunner, kv_pool_blocks
 from blazr.engine.sampling import StopStrings, make_rng
 from blazr.engine.scheduler import Scheduler
 from blazr.errors import ConfigError
@@ -20,14 +24,19 @@ from blazr.errors import ConfigError
 
 @dataclass
 class _TextState:
-    """A request's streaming detokenizer and stop-string matcher."""
+    """A sequence's streaming detokenizer and stop-string matcher."""
 
     decoder: Any  # tokenizer.stream(): push(id) -> str, flush() -> str
     stops: StopStrings
 
 
 class Engine:
-    """Runs requests on one model. `num_ctx` bounds prompt + generated tokens of each request."""
+    """Runs requests on one model. `num_ctx` bounds prompt + generated tokens of each sequence.
+
+    KV pool: `num_blocks` blocks of `block_size` tokens, else as many as `kv_cache_bytes` holds, else
+    `max_seqs` full contexts. `max_num_batched_tokens` caps the tokens of one step (long prompts are chunked);
+    `prefill_chunk` additionally caps one sequence's tokens per step. `max_waiting` bounds the queue
+    (add_request raises QueueFullError past it; None: unbounded)."""
 
     def __init__(
         self,
@@ -38,30 +47,51 @@ class Engine:
         block_size: int = 16,
         max_seqs: int = 8,
         prefill_chunk: int | None = None,
+        num_blocks: int | None = None,
+        kv_cache_bytes: int | None = None,
+        max_num_batched_tokens: int = 512,
+        max_waiting: int | None = 256,
+        enable_prefix_cache: bool = True,
     ):
         max_pos = model.args.max_position_embeddings
         if num_ctx < 2 or num_ctx > max_pos:
             raise ConfigError(f"num_ctx={num_ctx} is out of range; this model allows 2 to {max_pos} tokens")
-        if max_seqs < 1 or block_size < 1 or (prefill_chunk is not None and prefill_chunk < 1):
-            raise ConfigError(
-                f"engine settings must be positive: max_seqs={max_seqs}, block_size={block_size}, "
-                f"prefill_chunk={prefill_chunk}"
-            )
+        _check_positive(
+            max_seqs=max_seqs,
+            block_size=block_size,
+            prefill_chunk=prefill_chunk,
+            num_blocks=num_blocks,
+            kv_cache_bytes=kv_cache_bytes,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_waiting=max_waiting,
+        )
         self.model = model
         self.tokenizer = tokenizer
         self.backend = backend
         self.num_ctx = num_ctx
         self.vocab_size = model.args.vocab_size
-        self.pool = BlockPool.for_context(num_ctx, max_seqs, block_size)
-        self.scheduler = Scheduler(self.pool, num_ctx, max_seqs, tokenizer.eos_ids, prefill_chunk)
-        self.runner = ModelRunner(model, backend, self.pool.num_blocks, block_size)
-        self._text: dict[str, _TextState] = {}  # by request id, for requests not yet reported finished
+        blocks = kv_pool_blocks(model, num_ctx, block_size, max_seqs, num_blocks, kv_cache_bytes)
+        self.pool = BlockPool(blocks, block_size)
+        self.kv = KVCacheManager(self.pool, enable_prefix_cache)
+        self.scheduler = Scheduler(
+            self.kv,
+            num_ctx,
+            max_seqs,
+            tokenizer.eos_ids,
+            prefill_chunk,
+            max_num_batched_tokens,
+            max_waiting,
+        )
+        self.runner = ModelRunner(model, backend, blocks, block_size)
+        self._text: dict[Request, _TextState] = {}  # sequences not yet reported finished
+        self._ids_in_use: dict[str, int] = {}  # request id -> its choices not yet reported finished
         self._pending: list[RequestOutput] = []  # outputs for the next step() (aborts, empty prompts)
 
     # ---- requests ----------------------------------------------------------------------------------------
 
     def check_request(self, prompt_ids: list[int], params: SamplingParams) -> None:
-        """Raise ConfigError for bad sampling params or a prompt that does not fit the context."""
+        """Raise ConfigError for bad sampling params or a prompt that does not fit the context, and
+        QueueFullError when the waiting queue has no room for the request's n sequences."""
         params.validate(self.vocab_size)
         if len(prompt_ids) >= self.num_ctx:
             raise ConfigError(
@@ -71,51 +101,64 @@ class Engine:
         bad = [t for t in prompt_ids if not 0 <= int(t) < self.vocab_size]
         if bad:
             raise ConfigError(f"prompt token id {bad[0]} is outside the vocabulary [0, {self.vocab_size})")
+        self.scheduler.check_capacity(params.n)
 
     def add_request(
         self, request_id: str, prompt_ids: list[int], params: SamplingParams | None = None
     ) -> None:
-        """Queue a request; it joins the next step. An empty prompt ends at once with no tokens."""
+        """Queue a request (params.n sequences); it joins the next step. An empty prompt ends at once."""
         params = params if params is not None else SamplingParams()
         prompt_ids = [int(t) for t in prompt_ids]
         self.check_request(prompt_ids, params)
-        if request_id in self._text:
+        if request_id in self._ids_in_use:
             raise ConfigError(f"request id {request_id!r} is already in use")
-        request = Request(request_id, prompt_ids, params, rng=make_rng(params.seed))
-        self._text[request_id] = _TextState(self.tokenizer.stream(), StopStrings(params.stop))
-        if not prompt_ids:
-            request.finish(FinishReason.STOP)  # nothing to continue from
-            self._pending.append(self._output(request, [], ""))
-            return
-        self.scheduler.add(request)
+        self._ids_in_use[request_id] = params.n
+        leader = None
+        for index in range(params.n):
+            request = Request(request_id, prompt_ids, params, rng=make_rng(params.seed, index), index=index)
+            request.leader = leader if self.kv.enable_prefix_cache else None
+            leader = leader or request
+            self._text[request] = _TextState(self.tokenizer.stream(), StopStrings(params.stop))
+            if not prompt_ids:
+                request.finish(FinishReason.STOP)  # nothing to continue from
+                self._pending.append(self._output(request, [], ""))
+            else:
+                self.scheduler.add(request)
 
     def abort(self, request_id: str) -> None:
-        """Stop a request and free its KV blocks now; its final output (finish_reason "abort") comes with the
-        next step(). Unknown or finished ids are ignored."""
-        request = self.scheduler.abort(request_id)
-        if request is not None:
+        """Stop a request (all its choices) and free its KV blocks now; the final outputs (finish_reason
+        "abort") come with the next step(). Unknown or finished ids are ignored."""
+        for request in self.scheduler.abort(request_id):
             self._pending.append(self._output(request, [], ""))
 
     def has_unfinished(self) -> bool:
         """Whether step() still has work or outputs to report."""
         return self.scheduler.has_unfinished() or bool(self._pending)
 
+    @property
+    def num_waiting(self) -> int:
+        return len(self.scheduler.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.scheduler.running)
+
     # ---- the loop ----------------------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
-        """Run one batch; returns an output for each request that got a token or finished."""
+        """Run one batch; returns an output for each sequence that got a token or finished."""
         outputs, self._pending = self._pending, []
         batch = self.scheduler.schedule()
         if batch is None:
             return outputs
         tokens, logprobs = self.runner.execute(batch)
         for request in self.scheduler.update(batch, tokens):
-            outputs.append(self._token_output(request, logprobs.get(request.request_id)))
+            outputs.append(self._token_output(request, logprobs.get(request)))
         return outputs
 
     def _token_output(self, request: Request, logprob: TokenLogprob | None) -> RequestOutput:
-        """Detokenize the request's new token, apply stop strings, and build its output."""
-        state = self._text[request.request_id]
+        """Detokenize the sequence's new token, apply stop strings, and build its output."""
+        state = self._text[request]
         new_ids = [] if request.ended_by_stop_token else [request.output_ids[-1]]
         text, hit = state.stops.push(state.decoder.push(new_ids[0]) if new_ids else "")
         if hit is None and request.finished:
@@ -130,7 +173,7 @@ class Engine:
         self, request: Request, new_ids: list[int], text: str, logprobs: list[TokenLogprob] | None = None
     ) -> RequestOutput:
         if request.finished:
-            self._text.pop(request.request_id, None)
+            self._release(request)
         return RequestOutput(
             request_id=request.request_id,
             token_ids=new_ids,
@@ -141,4 +184,23 @@ class Engine:
             completion_tokens=len(request.completion_ids),
             stop_reason=request.stop_reason,
             logprobs=logprobs,
+            cached_tokens=request.num_cached_tokens,
+            index=request.index,
         )
+
+    def _release(self, request: Request) -> None:
+        """Forget a finished sequence's text state; the request id is free again once all choices ended."""
+        if self._text.pop(request, None) is None:
+            return
+        left = self._ids_in_use[request.request_id] - 1
+        if left:
+            self._ids_in_use[request.request_id] = left
+        else:
+            del self._ids_in_use[request.request_id]
+
+
+def _check_positive(**settings: int | None) -> None:
+    bad = {name: value for name, value in settings.items() if value is not None and value < 1}
+    if bad:
+        listed = ", ".join(f"{name}={value}" for name, value in bad.items())
+        raise ConfigError(f"engine settings must be positive integers: {listed}")

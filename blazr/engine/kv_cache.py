@@ -1,70 +1,96 @@
-"""Paged KV-cache bookkeeping: a pool of fixed-size blocks and one block table per sequence.
+"""Paged KV-cache bookkeeping: one block table per sequence over a shared BlockPool, and the prefix cache.
 
-Pure Python: the pool hands out block ids; the model's cache arrays (from `model.make_cache`) hold the data.
-A token at position p of a sequence lives in slot table[p // block_size] * block_size + p % block_size.
+Pure Python. A token at position p of a sequence lives in slot table[p // block_size] * block_size +
+p % block_size of every layer's cache arrays (from `model.make_cache`). Sequences share full blocks found in
+the prefix cache (ref counted); a sequence only ever writes past its shared blocks, so no copy-on-write.
 """
 
 from __future__ import annotations
 
-from blazr.errors import BlazrError
+from collections import Counter
+from collections.abc import Hashable
+
+from blazr.engine.block_pool import BlockPool, OutOfBlocksError, blocks_needed
+from blazr.engine.prefix_cache import PrefixCacheStats
+
+__all__ = ["BlockPool", "KVCacheManager", "OutOfBlocksError", "blocks_needed"]
 
 
-class OutOfBlocksError(BlazrError):
-    """The KV-cache pool has no free block left for a sequence."""
+class KVCacheManager:
+    """Grows, shares and frees the block tables of sequences (any hashable id) on one pool."""
 
+    def __init__(self, pool: BlockPool, enable_prefix_cache: bool = True):
+        self.pool = pool
+        self.block_size = pool.block_size
+        self.enable_prefix_cache = enable_prefix_cache
+        self._tables: dict[Hashable, list[int]] = {}
+        self._committed: dict[Hashable, int] = {}  # leading blocks of each table already offered to the index
+        self.stats = PrefixCacheStats()
 
-def blocks_needed(num_tokens: int, block_size: int) -> int:
-    return -(-num_tokens // block_size)
-
-
-class BlockPool:
-    """Fixed-size KV blocks shared by all sequences; each sequence's table grows as the sequence grows."""
-
-    def __init__(self, num_blocks: int, block_size: int):
-        if num_blocks < 1 or block_size < 1:
-            raise ValueError(
-                f"BlockPool needs num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}"
-            )
-        self.num_blocks = num_blocks
-        self.block_size = block_size
-        self._free: list[int] = list(range(num_blocks - 1, -1, -1))  # a stack: pop() gives low ids first
-        self._tables: dict[str, list[int]] = {}
-
-    @classmethod
-    def for_context(cls, num_ctx: int, max_seqs: int, block_size: int) -> BlockPool:
-        """Enough blocks for `max_seqs` sequences of `num_ctx` tokens each, so admitted ones never run out."""
-        return cls(max_seqs * blocks_needed(num_ctx, block_size), block_size)
-
-    @property
-    def num_free(self) -> int:
-        return len(self._free)
-
-    def block_table(self, seq_id: str) -> list[int]:
+    def block_table(self, seq: Hashable) -> list[int]:
         """The sequence's blocks in order (empty if it holds none)."""
-        return self._tables.get(seq_id, [])
+        return self._tables.get(seq, [])
 
-    def can_allocate(self, seq_id: str, num_tokens: int) -> bool:
-        """Whether the sequence can grow to hold `num_tokens` tokens in all."""
-        return self._missing(seq_id, num_tokens) <= len(self._free)
+    def num_missing(self, seq: Hashable, num_tokens: int) -> int:
+        """New blocks the sequence needs to hold `num_tokens` tokens in all."""
+        return max(0, blocks_needed(num_tokens, self.block_size) - len(self._tables.get(seq, [])))
 
-    def allocate(self, seq_id: str, num_tokens: int) -> list[int]:
-        """Grow the sequence's table to hold `num_tokens` tokens in all; returns the table.
-        Raises OutOfBlocksError (and allocates nothing) when the pool is short."""
-        missing = self._missing(seq_id, num_tokens)
-        if missing > len(self._free):
+    def can_allocate(self, seq: Hashable, num_tokens: int) -> bool:
+        return self.num_missing(seq, num_tokens) <= self.pool.num_free
+
+    def allocate(self, seq: Hashable, num_tokens: int) -> list[int]:
+        """Grow the sequence's table to hold `num_tokens` tokens in all; returns the table. Raises
+        OutOfBlocksError (and allocates nothing) when the pool is short."""
+        missing = self.num_missing(seq, num_tokens)
+        if missing > self.pool.num_free:
             raise OutOfBlocksError(
-                f"KV cache full: sequence {seq_id!r} needs {missing} more block(s) of {self.block_size} "
-                f"tokens "
-                f"but only {len(self._free)} of {self.num_blocks} are free; raise num_ctx or lower max_seqs"
+                f"KV cache full: sequence {seq!r} needs {missing} more block(s) of {self.block_size} tokens "
+                f"but only {self.pool.num_free} of {self.pool.num_blocks} are free"
             )
-        table = self._tables.setdefault(seq_id, [])
-        table.extend(self._free.pop() for _ in range(missing))
+        table = self._tables.setdefault(seq, [])
+        table.extend(self.pool.allocate() for _ in range(missing))
         return table
 
-    def free(self, seq_id: str) -> None:
-        """Return all of the sequence's blocks to the pool (a no-op for an unknown sequence)."""
-        for block in reversed(self._tables.pop(seq_id, [])):
-            self._free.append(block)
+    def free(self, seq: Hashable) -> None:
+        """Let go of all the sequence's blocks (a no-op for an unknown sequence). The last block goes first,
+        so among equally old cached blocks a prompt's tail is evicted before its head."""
+        for block in reversed(self._tables.pop(seq, [])):
+            self.pool.release(block)
+        self._committed.pop(seq, None)
 
-    def _missing(self, seq_id: str, num_tokens: int) -> int:
-        return max(0, blocks_needed(num_tokens, self.block_size) - len(self._tables.get(seq_id, [])))
+    # ---- prefix cache ------------------------------------------------------------------------------------
+
+    def match_prefix(self, seq: Hashable, keys: list[bytes], num_tokens: int) -> int:
+        """Give a sequence that holds no blocks the longest run of cached blocks whose keys match `keys`,
+        leaving at least its last token to compute (the step needs its logits). Returns the tokens covered."""
+        if self._tables.get(seq):
+            raise RuntimeError(f"sequence {seq!r} already holds blocks; prefix matching is for admission")
+        blocks: list[int] = []
+        if self.enable_prefix_cache:
+            for key in keys[: (num_tokens - 1) // self.block_size]:
+                block = self.pool.lookup(key)
+                if block is None:
+                    break
+                blocks.append(block)
+        for block in blocks:
+            self.pool.share(block)
+        self._tables[seq] = blocks
+        self._committed[seq] = len(blocks)
+        cached = len(blocks) * self.block_size
+        self.stats.queried_tokens += num_tokens
+        self.stats.hit_tokens += cached
+        return cached
+
+    def commit(self, seq: Hashable, keys: list[bytes], num_computed: int) -> None:
+        """Index the sequence's blocks that are full and computed (`keys` covers at least those)."""
+        if not self.enable_prefix_cache:
+            return
+        table = self._tables.get(seq, [])
+        full = min(num_computed // self.block_size, len(table))
+        for i in range(self._committed.get(seq, 0), full):
+            self.pool.register(table[i], keys[i])
+        self._committed[seq] = max(full, self._committed.get(seq, 0))
+
+    def holders(self) -> dict[int, int]:
+        """{block: number of tables holding it} (for consistency checks)."""
+        return dict(Counter(b for table in self._tables.values() for b in table))

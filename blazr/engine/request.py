@@ -12,6 +12,7 @@ import numpy as np
 from blazr.errors import ConfigError
 
 MAX_LOGPROBS = 20  # top-N logprobs per token, as in the OpenAI API
+MAX_CHOICES = 16  # n: completions per request
 
 
 class FinishReason(str, enum.Enum):
@@ -23,8 +24,8 @@ class FinishReason(str, enum.Enum):
 
 
 class RequestStatus(enum.Enum):
-    WAITING = "waiting"  # queued, prompt not (fully) in the KV cache yet
-    RUNNING = "running"  # prompt done, decoding one token per step
+    WAITING = "waiting"  # queued (new or preempted): holds no KV blocks
+    RUNNING = "running"  # admitted: holds KV blocks, prefilling in chunks or decoding
     FINISHED = "finished"
 
 
@@ -42,17 +43,19 @@ class SamplingParams:
     frequency_penalty: float = 0.0  # OpenAI style, over generated tokens
     presence_penalty: float = 0.0
     logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added logit
-    seed: int | None = None  # None: a fresh random seed
+    seed: int | None = None  # None or negative (llama.cpp's -1): a fresh random seed
     stop: list[str] = field(default_factory=list)  # stop strings, not part of the output
     stop_token_ids: list[int] = field(default_factory=list)  # extra ids that end the request like EOS
     ignore_eos: bool = False  # keep going past the tokenizer's EOS ids (stop_token_ids still apply)
     logprobs: int | None = None  # top-N logprobs per generated token (0..20); None: off
+    n: int = 1  # completions of the prompt (choices); they share the prompt's KV blocks
 
     def validate(self, vocab_size: int | None = None) -> SamplingParams:
         """Raise ConfigError naming the first out-of-range field; returns self so calls can chain."""
         self._validate_types()
         checks = [
             ("max_tokens", self.max_tokens, self.max_tokens >= 1, ">= 1"),
+            ("n", self.n, 1 <= self.n <= MAX_CHOICES, f"in [1, {MAX_CHOICES}]"),
             ("temperature", self.temperature, 0.0 <= self.temperature <= 100.0, "in [0, 100]"),
             ("top_p", self.top_p, 0.0 < self.top_p <= 1.0, "in (0, 1]"),
             ("top_k", self.top_k, self.top_k >= 0, ">= 0"),
@@ -77,10 +80,12 @@ class SamplingParams:
         return self
 
     def _validate_types(self) -> None:
-        for name in ("max_tokens", "top_k", "repeat_last_n"):
+        for name in ("max_tokens", "top_k", "repeat_last_n", "n"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"sampling parameter {name}={value!r} must be an integer")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise ConfigError(f"sampling parameter seed={self.seed!r} must be an integer")
         for name in (
             "temperature",
             "top_p",
@@ -141,18 +146,26 @@ class RequestOutput:
     completion_tokens: int  # all tokens generated so far (EOS / stop token ids excluded)
     stop_reason: str | int | None = None  # the stop string or stop token id that ended it (None for EOS)
     logprobs: list[TokenLogprob] | None = None  # one per token in token_ids, when requested
+    cached_tokens: int = 0  # prompt tokens served from the prefix cache (prompt_tokens_details.cached_tokens)
+    index: int = 0  # which of the request's n choices this is
 
 
 @dataclass(eq=False)
 class Request:
-    """The engine's state for one sequence. The scheduler advances num_computed; the engine appends text."""
+    """The engine's state for one sequence (one choice of a request). The scheduler advances num_computed."""
 
     request_id: str
     prompt_ids: list[int]
     params: SamplingParams
-    rng: np.random.Generator  # this request's own stream of uniform draws for sampling
+    rng: np.random.Generator  # this sequence's own stream of uniform draws for sampling
+    index: int = 0  # choice number among the request's n
+    arrival: int = 0  # admission order: lower is older; preemption takes the highest
+    leader: Request | None = None  # choice 0 of an n > 1 request: the others wait for its prompt blocks
     output_ids: list[int] = field(default_factory=list)  # generated tokens, including a final EOS
     num_computed: int = 0  # tokens already written to the KV cache
+    num_cached_tokens: int = 0  # prompt tokens found in the prefix cache at first admission
+    num_preemptions: int = 0
+    block_keys: list[bytes] = field(default_factory=list)  # prefix-cache keys of its full blocks so far
     status: RequestStatus = RequestStatus.WAITING
     finish_reason: FinishReason | None = None
     stop_reason: str | int | None = None
@@ -183,6 +196,12 @@ class Request:
     @property
     def finished(self) -> bool:
         return self.status is RequestStatus.FINISHED
+
+    @property
+    def waits_for_leader(self) -> bool:
+        """Whether this choice should wait until choice 0 has its prompt in the cache, to share it."""
+        lead = self.leader
+        return lead is not None and not lead.finished and lead.num_computed < len(lead.prompt_ids)
 
     def finish(self, reason: FinishReason, stop_reason: str | int | None = None) -> None:
         self.status = RequestStatus.FINISHED

@@ -1,4 +1,5 @@
-"""ModelRunner: scheduled batch -> ForwardBatch (ids, positions, slots, tables) -> model -> sampled ids."""
+"""ModelRunner: scheduled batch -> ForwardBatch (ids, positions, slots, tables) -> model -> sampled ids.
+Also sizes the KV pool, since the runner owns the model's cache arrays."""
 
 from __future__ import annotations
 
@@ -7,10 +8,51 @@ from typing import Any
 import numpy as np
 
 from blazr.backends.base import Backend
-from blazr.engine.request import TokenLogprob
+from blazr.engine.block_pool import blocks_needed
+from blazr.engine.request import Request, TokenLogprob
 from blazr.engine.sampling import Sampler
 from blazr.engine.scheduler import ScheduledBatch
+from blazr.errors import ConfigError
 from blazr.models.batch import ForwardBatch
+
+
+def cache_bytes_per_block(model: Any, block_size: int) -> int:
+    """Bytes one KV block takes over all layers, measured on a one-block cache from the model itself."""
+    total = 0
+    for pair in model.make_cache(1, block_size):
+        for array in pair:
+            if array is not None:
+                nbytes = getattr(array, "nbytes", None)
+                total += (
+                    nbytes
+                    if nbytes is not None
+                    else int(np.prod(array.shape)) * np.dtype(str(array.dtype)).itemsize
+                )
+    return max(total, 1)
+
+
+def kv_pool_blocks(
+    model: Any,
+    num_ctx: int,
+    block_size: int,
+    max_seqs: int,
+    num_blocks: int | None = None,
+    kv_cache_bytes: int | None = None,
+) -> int:
+    """Pool size: `num_blocks`, else what `kv_cache_bytes` holds, else `max_seqs` full contexts. It must hold
+    at least one sequence of num_ctx tokens, so one sequence always runs (others are preempted)."""
+    per_seq = blocks_needed(num_ctx, block_size)
+    source = "num_blocks"
+    if num_blocks is None and kv_cache_bytes is not None:
+        num_blocks, source = kv_cache_bytes // cache_bytes_per_block(model, block_size), "kv_cache_bytes"
+    if num_blocks is None:
+        return max_seqs * per_seq
+    if num_blocks < per_seq:
+        raise ConfigError(
+            f"the KV cache ({source}) holds {num_blocks} blocks of {block_size} tokens but one sequence of "
+            f"num_ctx={num_ctx} tokens needs {per_seq}; raise {source} or lower num_ctx"
+        )
+    return num_blocks
 
 
 def build_forward_batch(batch: ScheduledBatch, block_size: int) -> ForwardBatch:
@@ -53,14 +95,14 @@ class ModelRunner:
         self.cache = model.make_cache(num_blocks, block_size)  # list of (k, v), one pair per layer
         self.sampler = Sampler(backend)
 
-    def execute(self, batch: ScheduledBatch) -> tuple[dict[str, int], dict[str, TokenLogprob]]:
-        """Run the model on the batch and sample; returns ({request_id: token}, {request_id: logprobs})
-        for the sequences that sample this step."""
+    def execute(self, batch: ScheduledBatch) -> tuple[dict[Request, int], dict[Request, TokenLogprob]]:
+        """Run the model on the batch and sample; returns ({sequence: token}, {sequence: logprobs}) for the
+        sequences that sample this step."""
         forward = build_forward_batch(batch, self.block_size)
         logits = self.model(forward, self.cache)  # (R, V)
         sampling = [s.request for s in batch.seqs if s.sample]
         if not sampling:
             return {}, {}
         ids, logprobs = self.sampler.sample(logits, sampling)
-        tokens = {r.request_id: t for r, t in zip(sampling, ids, strict=True)}
-        return tokens, {r.request_id: lp for r, lp in zip(sampling, logprobs, strict=True) if lp is not None}
+        tokens = dict(zip(sampling, ids, strict=True))
+        return tokens, {r: lp for r, lp in zip(sampling, logprobs, strict=True) if lp is not None}

@@ -79,9 +79,14 @@ def token_logprobs(logits: np.ndarray, token_id: int, top_n: int) -> TokenLogpro
 # ---- the sampler -----------------------------------------------------------------------------------------
 
 
-def make_rng(seed: int | None) -> np.random.Generator:
-    """A request's own RNG: the same seed gives the same draws; None gives a fresh random seed."""
-    return np.random.default_rng(seed)
+def make_rng(seed: int | None, index: int = 0) -> np.random.Generator:
+    """A sequence's own RNG: the same seed gives the same draws; None or a negative seed (llama.cpp uses -1)
+    gives a fresh random seed. Choice
+    `index` > 0 of an n > 1 request draws from (seed, index), so seeded choices differ yet repeat across runs,
+    and choice 0 draws exactly what an n = 1 request with that seed draws."""
+    if seed is None or seed < 0:
+        return np.random.default_rng()
+    return np.random.default_rng(seed if index == 0 else [seed, index])
 
 
 def build_sample_params(requests: list[Request]) -> SampleParams:

@@ -1,136 +1,209 @@
-"""A simple scheduler (pure Python, no backend): each step either prefills the first waiting request (its
-whole prompt, or one chunk of it) or decodes one token for every running request, all in one batch.
+"""The continuous-batching scheduler (pure Python, no backend).
 
-The split follows vLLM: `schedule()` says which tokens of which requests run, the runner executes it, and
-`update()` applies the sampled tokens, finishing requests on EOS / stop ids / max_tokens / the context limit.
-Finished and aborted requests give their KV blocks back at once. New requests join between steps.
+Each step mixes decode tokens and prefill chunks of many sequences in one batch, under a token budget: running
+sequences first (oldest first), then waiting ones join while the budget, `max_seqs` and the KV pool allow.
+A sequence whose next block does not fit preempts the newest running sequence, which gives its blocks back and
+is recomputed later (its prompt and generated tokens are prefilled again, often from the prefix cache).
+
+The split follows vLLM: `schedule()` says which tokens of which sequences run, the runner executes it, and
+`update()` applies the sampled tokens, finishing sequences on EOS / stop ids / max_tokens / the context limit.
+Finished and aborted sequences give their KV blocks back at once; new requests join between steps.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from blazr.engine.kv_cache import BlockPool, OutOfBlocksError
+from blazr.engine.kv_cache import KVCacheManager, OutOfBlocksError
+from blazr.engine.prefix_cache import extend_block_keys
 from blazr.engine.request import FinishReason, Request, RequestStatus
+from blazr.errors import BlazrError
+
+
+class QueueFullError(BlazrError):
+    """The engine's waiting queue is at its limit (`max_waiting`); the server answers 429."""
 
 
 @dataclass
 class ScheduledSeq:
-    """One request's share of a step: `token_ids` go to positions start .. start + len - 1."""
+    """One sequence's share of a step: `token_ids` go to positions start .. start + len - 1."""
 
     request: Request
-    start: int  # tokens of this request already in the KV cache
+    start: int  # tokens of this sequence already in the KV cache
     token_ids: list[int]
     block_table: list[int]  # covers start + len(token_ids) tokens
-    sample: bool  # whether this step samples the request's next token (false for a non-final prefill chunk)
+    sample: bool  # whether this step samples the next token (false for a non-final prefill chunk)
 
 
 @dataclass
 class ScheduledBatch:
     seqs: list[ScheduledSeq]
+    preempted: list[Request] = field(default_factory=list)  # sent back to the waiting queue this step
 
     @property
     def num_tokens(self) -> dict[str, int]:
-        """{request_id: tokens processed this step}."""
+        """{request_id: tokens processed this step} (vLLM's scheduler product)."""
         return {s.request.request_id: len(s.token_ids) for s in self.seqs}
-
-    @property
-    def is_prefill(self) -> bool:
-        return any(s.request.status is RequestStatus.WAITING for s in self.seqs)
 
 
 class Scheduler:
-    """Owns the waiting queue, the running set and the block pool."""
+    """Owns the waiting queue, the running set and the KV block tables."""
 
     def __init__(
         self,
-        pool: BlockPool,
+        kv: KVCacheManager,
         num_ctx: int,
         max_seqs: int,
         eos_ids: frozenset[int] = frozenset(),
         prefill_chunk: int | None = None,
+        max_num_batched_tokens: int = 512,
+        max_waiting: int | None = None,
     ):
-        self.pool = pool
+        self.kv = kv
         self.num_ctx = num_ctx  # prompt + generated tokens of one sequence never exceed this
         self.max_seqs = max_seqs
         self.eos_ids = frozenset(eos_ids)
-        self.prefill_chunk = prefill_chunk  # max prompt tokens per prefill step; None: the whole prompt
-        self.waiting: deque[Request] = deque()
-        self.running: list[Request] = []
+        self.prefill_chunk = prefill_chunk  # max tokens of one sequence per step; None: the budget
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_waiting = max_waiting  # None: unbounded
+        self.waiting: deque[Request] = deque()  # preempted ones go to the front
+        self.running: list[Request] = []  # in arrival order
+        self.num_preemptions = 0
+        self._arrivals = 0
+
+    def check_capacity(self, num_new: int = 1) -> None:
+        """Raise QueueFullError when `num_new` more sequences would pass the waiting-queue limit."""
+        if self.max_waiting is not None and len(self.waiting) + num_new > self.max_waiting:
+            raise QueueFullError(
+                f"the engine's waiting queue is full ({len(self.waiting)} of max_waiting={self.max_waiting} "
+                "sequences); retry later"
+            )
 
     def add(self, request: Request) -> None:
+        request.arrival = self._arrivals
+        self._arrivals += 1
         self.waiting.append(request)
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def get(self, request_id: str) -> Request | None:
-        return next((r for r in (*self.waiting, *self.running) if r.request_id == request_id), None)
+    def get(self, request_id: str) -> list[Request]:
+        """The unfinished sequences (choices) of a request."""
+        return [r for r in (*self.waiting, *self.running) if r.request_id == request_id]
 
     def finish(self, request: Request, reason: FinishReason, stop_reason: str | int | None = None) -> None:
-        """End a request now and free its blocks."""
+        """End a sequence now and free its blocks."""
         request.finish(reason, stop_reason)
         if request in self.running:
             self.running.remove(request)
         elif request in self.waiting:
             self.waiting.remove(request)
-        self.pool.free(request.request_id)
+        self.kv.free(request)
 
-    def abort(self, request_id: str) -> Request | None:
-        """Abort a queued or running request; returns it, or None when it is unknown or already finished."""
-        request = self.get(request_id)
-        if request is not None:
+    def abort(self, request_id: str) -> list[Request]:
+        """Abort every unfinished choice of a request; returns them (empty when unknown or finished)."""
+        requests = self.get(request_id)
+        for request in requests:
             self.finish(request, FinishReason.ABORT)
-        return request
+        return requests
 
     # ---- schedule ----------------------------------------------------------------------------------------
 
     def schedule(self) -> ScheduledBatch | None:
         """The next step's work, or None when there is nothing to run."""
-        if self.waiting and len(self.running) < self.max_seqs:
-            seq = self._schedule_prefill(self.waiting[0])
-            if seq is not None:
-                return ScheduledBatch([seq])
-        if self.running:
-            return ScheduledBatch([self._schedule_decode(r) for r in self.running])
-        if self.waiting:
+        batch = ScheduledBatch([])
+        budget = self._schedule_running(batch, self.max_num_batched_tokens)
+        if not batch.preempted:  # after a preemption the pool is tight: no one new joins this step
+            self._schedule_waiting(batch, budget)
+        if batch.seqs:
+            return batch
+        if self.waiting and not self.running:  # an empty pool that cannot take the oldest waiting one
             raise OutOfBlocksError(f"KV cache too small for request {self.waiting[0].request_id!r}")
         return None
 
-    def _schedule_prefill(self, request: Request) -> ScheduledSeq | None:
-        start = request.num_computed
-        end = len(request.prompt_ids)
-        if self.prefill_chunk:
-            end = min(end, start + self.prefill_chunk)
-        if not self.pool.can_allocate(request.request_id, end):
-            return None  # wait for running requests to free blocks
-        table = self.pool.allocate(request.request_id, end)
-        tokens = request.prompt_ids[start:end]
-        return ScheduledSeq(request, start, tokens, list(table), sample=end == len(request.prompt_ids))
+    def _schedule_running(self, batch: ScheduledBatch, budget: int) -> int:
+        for request in list(self.running):
+            if budget == 0:
+                break
+            if request.status is not RequestStatus.RUNNING:
+                continue  # preempted earlier in this loop
+            n = self._chunk(request, budget)
+            while not self.kv.can_allocate(request, request.num_computed + n):
+                victim = max(self.running, key=lambda r: r.arrival)  # the newest; never one scheduled already
+                self._preempt(victim)
+                batch.preempted.append(victim)
+                if victim is request:
+                    break
+            else:
+                batch.seqs.append(self._take(request, n))
+                budget -= n
+        return budget
 
-    def _schedule_decode(self, request: Request) -> ScheduledSeq:
-        start = request.num_tokens - 1  # the last sampled token is not in the cache yet
-        table = self.pool.allocate(request.request_id, start + 1)
-        return ScheduledSeq(request, start, [request.output_ids[-1]], list(table), sample=True)
+    def _schedule_waiting(self, batch: ScheduledBatch, budget: int) -> None:
+        for request in list(self.waiting):
+            if budget == 0 or len(self.running) >= self.max_seqs:
+                return
+            if request.waits_for_leader:
+                continue
+            self._match_prefix(request)
+            n = self._chunk(request, budget)
+            if not self.kv.can_allocate(request, request.num_computed + n):
+                self.kv.free(request)  # the shared prefix blocks it just took
+                request.num_computed = 0
+                return
+            self.waiting.remove(request)
+            request.status = RequestStatus.RUNNING
+            bisect.insort(self.running, request, key=lambda r: r.arrival)
+            batch.seqs.append(self._take(request, n))
+            budget -= n
+
+    def _chunk(self, request: Request, budget: int) -> int:
+        """Tokens of this sequence to run now: all it has not computed, within the budget and chunk size."""
+        n = min(request.num_tokens - request.num_computed, budget)
+        return min(n, self.prefill_chunk) if self.prefill_chunk else n
+
+    def _match_prefix(self, request: Request) -> None:
+        keys = extend_block_keys(
+            request.block_keys, request.all_ids, self.kv.block_size, request.num_tokens // self.kv.block_size
+        )
+        request.num_computed = self.kv.match_prefix(request, keys, request.num_tokens)
+        if request.num_preemptions == 0:
+            request.num_cached_tokens = request.num_computed
+
+    def _take(self, request: Request, n: int) -> ScheduledSeq:
+        start = request.num_computed
+        table = self.kv.allocate(request, start + n)
+        tokens = request.all_ids[start : start + n]
+        return ScheduledSeq(request, start, tokens, list(table), sample=start + n == request.num_tokens)
+
+    def _preempt(self, request: Request) -> None:
+        """Free the sequence's blocks and queue it first for recomputation; its tokens so far are kept."""
+        self.running.remove(request)
+        self.kv.free(request)
+        request.status = RequestStatus.WAITING
+        request.num_computed = 0
+        request.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(request)
 
     # ---- update ------------------------------------------------------------------------------------------
 
-    def update(self, batch: ScheduledBatch, sampled: dict[str, int]) -> list[Request]:
-        """Apply one step's result ({request_id: new token}); returns the requests that got a token."""
+    def update(self, batch: ScheduledBatch, sampled: dict[Request, int]) -> list[Request]:
+        """Apply one step's result ({sequence: new token}); returns the sequences that got a token."""
         advanced = []
         for seq in batch.seqs:
             request = seq.request
             if request.finished:
                 continue  # aborted while the step ran
             request.num_computed += len(seq.token_ids)
+            full = request.num_computed // self.kv.block_size
+            keys = extend_block_keys(request.block_keys, request.all_ids, self.kv.block_size, full)
+            self.kv.commit(request, keys, request.num_computed)
             if not seq.sample:
                 continue
-            if request.status is RequestStatus.WAITING:
-                self.waiting.remove(request)
-                self.running.append(request)
-                request.status = RequestStatus.RUNNING
-            request.output_ids.append(sampled[request.request_id])
+            request.output_ids.append(sampled[request])
             self._check_token_stop(request)
             advanced.append(request)
         return advanced

@@ -7,6 +7,7 @@ Tensors stay in the file until `load()`; quantized ones are dequantized by blazr
 
 from __future__ import annotations
 
+import mmap
 import re
 import struct
 from collections.abc import Callable
@@ -399,10 +400,17 @@ class GGUFTensor(LazyTensor):
 
     _read_blocks: Callable[[], np.ndarray] | None = field(default=None, repr=False)
 
+    _release: Callable[[], None] | None = field(default=None, repr=False)
+
     def load_blocks(self) -> np.ndarray:
         """The undecoded data as (rows, bytes_per_row) uint8, rows in HF order: a view of the file, except
         for permuted Q/K tensors, whose rows are reordered into a copy (blocks never span rows)."""
         return self._read_blocks()
+
+    def release(self) -> None:
+        """Drop this tensor's file pages from the process's resident memory once a copy of its data is all
+        that is used (fused or reordered weights); the page cache keeps them, so a later read is cheap."""
+        self._release()
 
 
 def _lazy_tensor(gf: GGUFFile, info: TensorInfo, name: str, n_head: int | None) -> GGUFTensor:
@@ -416,7 +424,11 @@ def _lazy_tensor(gf: GGUFFile, info: TensorInfo, name: str, n_head: int | None) 
     def read_blocks() -> np.ndarray:
         rows = int(np.prod(info.shape[:-1], dtype=np.int64))
         blocks = gf.data[info.offset : info.offset + info.nbytes].reshape(rows, -1)  # (rows, bytes_per_row)
-        return unpermute_qk(blocks, n_head) if n_head else blocks
+        if not n_head:
+            return blocks
+        reordered = unpermute_qk(blocks, n_head)
+        _release_pages(gf, info)
+        return reordered
 
     return GGUFTensor(
         name=name,
@@ -425,7 +437,19 @@ def _lazy_tensor(gf: GGUFFile, info: TensorInfo, name: str, n_head: int | None) 
         source=gf.path,
         _read=read,
         _read_blocks=read_blocks,
+        _release=lambda: _release_pages(gf, info),
     )
+
+
+def _release_pages(gf: GGUFFile, info: TensorInfo) -> None:
+    """madvise(DONTNEED) the whole pages inside one tensor's bytes; a no-op where the OS has no madvise."""
+    mapping = getattr(gf.data, "_mmap", None)
+    if mapping is None or not hasattr(mapping, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    start = -(-info.offset // mmap.PAGESIZE) * mmap.PAGESIZE
+    stop = (info.offset + info.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+    if stop > start:
+        mapping.madvise(mmap.MADV_DONTNEED, start, stop - start)
 
 
 DENSE_TYPES = {

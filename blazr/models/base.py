@@ -106,13 +106,58 @@ def host_array(tensor) -> np.ndarray:
     return tensor if isinstance(tensor, np.ndarray) else tensor.load()
 
 
-def load_tensor(get: Callable[[str], Any], name: str, upload: Callable[[np.ndarray], Array]) -> Array:
-    return upload(host_array(get(name)))
+class WeightUploader:
+    """tensor -> backend weight. A quantized 2-D tensor whose format the backend multiplies packed (matmul
+    and embed) stays in its blocks (a QuantWeight); anything else is dequantized and uploaded dense."""
+
+    def __init__(self, backend, dtype: str):
+        self.backend, self.dtype = backend, dtype
+
+    def __call__(self, tensor) -> Array:
+        if self.keeps_packed(tensor):
+            return packed_weight(tensor)
+        return self.backend.upload(host_array(tensor), self.dtype)
+
+    def keeps_packed(self, tensor) -> bool:
+        fmt, shape = getattr(tensor, "dtype", None), getattr(tensor, "shape", ())
+        if not (getattr(tensor, "quantized", False) and hasattr(tensor, "load_blocks") and len(shape) == 2):
+            return False
+        be = self.backend
+        return be.supports("matmul", self.dtype, fmt) and be.supports("embed", self.dtype, fmt)
 
 
-def load_fused(get: Callable[[str], Any], names: list[str], upload: Callable[[np.ndarray], Array]) -> Array:
-    """Rows of several HF tensors stacked into one, so one matmul (or add) does the work of several."""
-    return upload(np.concatenate([host_array(get(n)) for n in names], axis=0))
+def weight_uploader(backend, dtype: str) -> WeightUploader:
+    return WeightUploader(backend, dtype)
+
+
+def packed_weight(tensor):
+    from blazr.quant import QuantWeight
+
+    return QuantWeight(tensor.load_blocks(), tensor.dtype, tuple(tensor.shape))
+
+
+def load_tensor(get: Callable[[str], Any], name: str, upload: Callable[[Any], Array]) -> Array:
+    """`upload` takes the checkpoint tensor (weight_uploader) or, from older callers, a host array."""
+    tensor = get(name)
+    return upload(tensor if isinstance(upload, WeightUploader) else host_array(tensor))
+
+
+def load_fused(get: Callable[[str], Any], names: list[str], upload: Callable[[Any], Array]) -> Array:
+    """Rows of several HF tensors stacked into one, so one matmul (or add) does the work of several.
+
+    Packed parts stay packed (formats that differ, as in Q4_K_M's Q4_K q/k and Q6_K v, become a row stack
+    the backend multiplies part by part); if any part must be dense, every part is dequantized."""
+    tensors = [get(n) for n in names]
+    if isinstance(upload, WeightUploader) and all(upload.keeps_packed(t) for t in tensors):
+        from blazr.quant import QuantRowStack, stack_rows
+
+        fused = stack_rows([packed_weight(t) for t in tensors])
+        if not isinstance(fused, QuantRowStack):  # a concatenated copy: the mapped originals are unused now
+            for t in tensors:
+                t.release()
+        return fused
+    stacked = np.concatenate([host_array(t) for t in tensors], axis=0)
+    return upload(stacked)
 
 
 def _where(tensor, source: Path | str | None) -> str:

@@ -10,8 +10,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from blazr.errors import UnsupportedError
 from blazr.models.base import (
     HF_ACTIVATIONS,
@@ -23,6 +21,7 @@ from blazr.models.base import (
     load_tensor,
     trace,
     upload_batch,
+    weight_uploader,
 )
 from blazr.models.batch import ForwardBatch
 from blazr.models.rope import rope_parameters, rope_type
@@ -293,9 +292,7 @@ class Model:
         """Strict: every tensor of weight_shapes() with its shape and nothing else, else CheckpointError."""
         check_weights(weights, self.weight_shapes(), source)
 
-        def upload(a: np.ndarray) -> Array:
-            return self.be.upload(a, self.dtype)
-
+        upload = weight_uploader(self.be, self.dtype)  # quantized weights stay packed where supported
         self.embed_tokens = load_tensor(weights.get, "model.embed_tokens.weight", upload)  # (V, D)
         self.norm = load_tensor(weights.get, "model.norm.weight", upload)  # (D,)
         tied = self.args.tie_word_embeddings

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from blazr.errors import CheckpointError, UnsupportedError
@@ -35,7 +36,9 @@ GGML_TYPES_BY_ID: dict[int, GGMLType] = {t.ggml_id: t for t in GGML_TYPES.values
 
 # The types `blazr.quant.ggml_blocks.dequantize` handles; a test keeps this equal to its dispatch table.
 DEQUANT_TYPES: frozenset[str] = frozenset(
-    {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}
+    {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K"}
+    | {"Q6_K", "Q8_K", "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS"}
+    | {"TQ1_0", "TQ2_0", "MXFP4", "NVFP4", "Q1_0"}
 )
 
 
@@ -67,3 +70,84 @@ def row_bytes(name: str, n_elems: int) -> int:
             f"a {name} row of {n_elems} values is not a whole number of {block_elems}-value blocks"
         )
     return n_elems // block_elems * block_bytes
+
+
+# ---- packed weights -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class QuantWeight:
+    """A quantized weight kept in its GGML blocks: backends multiply it packed (`matmul`, `embed`).
+
+    `blocks` is (N, row_bytes) uint8, one row of whole blocks per output feature, rows in HF order (what
+    `GGUFTensor.load_blocks()` returns); `shape` is the logical (N, K) of the dense weight.
+    """
+
+    blocks: np.ndarray  # (N, row_bytes) uint8
+    format: str  # GGML type name, e.g. "Q4_K"
+    shape: tuple[int, int]  # (N, K)
+
+    def __post_init__(self):
+        n, k = self.shape
+        if self.blocks.dtype != np.uint8 or self.blocks.shape != (n, row_bytes(self.format, k)):
+            raise CheckpointError(
+                f"{self.format} weight of shape {self.shape} needs ({n}, {row_bytes(self.format, k)}) uint8 "
+                f"blocks, got {self.blocks.shape} {self.blocks.dtype}"
+            )
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.blocks.nbytes)
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    def rows(self, start: int, stop: int) -> QuantWeight:
+        """Rows start..stop-1 as a QuantWeight sharing these blocks."""
+        return QuantWeight(self.blocks[start:stop], self.format, (stop - start, self.shape[1]))
+
+
+def concat_rows(weights: list[QuantWeight]) -> QuantWeight:
+    """Stack the rows of same-format packed weights (fused q/k/v or gate/up): blocks never span rows."""
+    fmt, k = weights[0].format, weights[0].shape[1]
+    if any(w.format != fmt or w.shape[1] != k for w in weights):
+        raise UnsupportedError("only packed weights of one format and row length can be concatenated")
+    blocks = np.concatenate([w.blocks for w in weights], axis=0)  # (sum N, row_bytes)
+    return QuantWeight(blocks, fmt, (len(blocks), k))
+
+
+@dataclass(frozen=True, eq=False)
+class QuantRowStack:
+    """Packed weights of different formats stacked by rows (a Q4_K_M layer mixes Q4_K q/k with Q6_K v):
+    `matmul` multiplies each part and concatenates the outputs, so the model still makes one call."""
+
+    parts: tuple[QuantWeight, ...]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (sum(p.shape[0] for p in self.parts), self.parts[0].shape[1])
+
+    @property
+    def format(self) -> str:
+        return "+".join(p.format for p in self.parts)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.parts)
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+
+def stack_rows(weights: list[QuantWeight]) -> QuantWeight | QuantRowStack:
+    """One packed weight from several with the same row length: runs of one format are concatenated."""
+    runs: list[list[QuantWeight]] = []
+    for w in weights:
+        if runs and runs[-1][0].format == w.format:
+            runs[-1].append(w)
+        else:
+            runs.append([w])
+    parts = tuple(concat_rows(run) if len(run) > 1 else run[0] for run in runs)
+    return parts[0] if len(parts) == 1 else QuantRowStack(parts)

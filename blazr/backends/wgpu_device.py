@@ -1,0 +1,73 @@
+"""WebGPU adapters: enumeration (`blazr devices`, `--device wgpu:N`), and the device with full limits."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+from blazr.errors import ConfigError, UnsupportedError
+
+NO_ADAPTER = (
+    "no WebGPU adapter found: install a Vulkan driver (e.g. mesa-vulkan-drivers and libvulkan1 on "
+    "Debian/Ubuntu, or tools/setup_software_vulkan.sh for a CPU one), or a GPU driver with Vulkan, Metal "
+    "or DX12 support"
+)
+OPTIONAL_FEATURES = ("shader-f16", "subgroup")  # requested when the adapter has them; never required
+SHOWN_LIMITS = (
+    "max-buffer-size",
+    "max-storage-buffer-binding-size",
+    "max-compute-workgroup-storage-size",
+    "max-compute-invocations-per-workgroup",
+    "max-storage-buffers-per-shader-stage",
+)
+
+
+def _wgpu():
+    # libwayland in the Vulkan loader prints an error line when this is unset; any private dir silences it.
+    if not os.environ.get("XDG_RUNTIME_DIR"):
+        os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="blazr-xdg-")
+    try:
+        import wgpu
+    except ImportError:
+        raise UnsupportedError(
+            "--device wgpu needs the Python package 'wgpu'; install it with: pip install 'blazr[wgpu]'"
+        ) from None
+    return wgpu
+
+
+def list_adapters() -> list[Any]:
+    """Every adapter wgpu-native finds, in its enumeration order (the N of --device wgpu:N)."""
+    try:
+        return list(_wgpu().gpu.enumerate_adapters_sync())
+    except RuntimeError as e:  # wgpu-native raises when no backend library loads at all
+        raise UnsupportedError(f"{NO_ADAPTER} ({e})") from None
+
+
+def describe(adapter: Any) -> dict[str, Any]:
+    """What `blazr devices` prints for one adapter."""
+    info = adapter.info
+    return {
+        "name": info.get("device") or adapter.summary,
+        "backend": info.get("backend_type", "?"),
+        "type": info.get("adapter_type", "?"),
+        "driver": info.get("description", ""),
+        "limits": {k: adapter.limits[k] for k in SHOWN_LIMITS if k in adapter.limits},
+        "features": sorted(f for f in adapter.features if f in OPTIONAL_FEATURES or "timestamp" in f),
+    }
+
+
+def open_device(index: int) -> tuple[Any, Any]:
+    """Adapter `index` and a device on it created with the adapter's full limits and optional features."""
+    adapters = list_adapters()
+    if not adapters:
+        raise UnsupportedError(NO_ADAPTER)
+    if index >= len(adapters):
+        raise ConfigError(
+            f"--device wgpu:{index}: there are only {len(adapters)} WebGPU adapters "
+            f"(0..{len(adapters) - 1}); run `blazr devices` to list them"
+        )
+    adapter = adapters[index]
+    features = [f for f in OPTIONAL_FEATURES if f in adapter.features]
+    device = adapter.request_device_sync(required_features=features, required_limits=dict(adapter.limits))
+    return adapter, device

@@ -1,0 +1,112 @@
+"""The wgpu backend's selection and sequence ops (topk, sample, conv1d, ssm_scan), as a mixin of Backend.
+
+Sampling: greedy rows are an argmax on the GPU and only the ids come back. Other rows take their top
+candidates (topk.wgsl) and the row's max and softmax denominator (sample.wgsl row_stats) on the GPU; the
+host then picks among those few candidates exactly as the numpy backend does. A row whose pick lies past the
+candidates (a very flat distribution) falls back to the numpy backend on that row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from blazr.backends.array_api import _pick
+from blazr.backends.base import Array, SampleParams
+
+_CANDIDATES = 64  # candidates per row when top_k does not bound them (the numpy backend's first prefix)
+
+
+class SelectionSequenceOps:
+    # ---- selection ----------------------------------------------------------------------------------
+    def topk(self, x: Array, k: int) -> tuple[Array, Array]:
+        rows = self._rows(x)
+        values, indices = self.empty((rows.shape[0], k), x.dtype), self.empty((rows.shape[0], k), "i32")
+        if values.size:
+            params = {"n": rows.shape[1], "k": k, "x_stride": rows.row_stride}
+            arrays = {"x": rows, "values": values, "indices": indices}
+            self._run("topk", arrays, params, (rows.shape[0], 1, 1), aliases=(("T", x.dtype),))
+        return values, indices
+
+    def sample(self, logits: Array, params: SampleParams) -> Array:
+        rows = self._rows(logits)
+        temps = np.asarray(params.temperature, dtype=np.float32)
+        ids = self.empty((rows.shape[0],), "i32")  # (B,)
+        arrays = {"logits": rows, "ids": ids}
+        knobs = {"vocab": rows.shape[1], "logits_stride": rows.row_stride, "out_off": 0}
+        self._run("sample", arrays, knobs, (rows.shape[0], 1, 1), "argmax", aliases=(("T", rows.dtype),))
+        if (temps <= 0).all():
+            return ids
+        picked = self.download(ids)
+        for b, token in self._sample_rows(rows, params, temps).items():
+            picked[b] = token
+        return self.upload(picked)
+
+    def _sample_rows(self, rows, params: SampleParams, temps: np.ndarray) -> dict[int, int]:
+        """Token of every row with temperature > 0."""
+        vocab = rows.shape[1]
+        top_k = np.asarray(params.top_k)
+        bounded = (top_k > 0) & (top_k < vocab)
+        k = int(min(vocab, max([_CANDIDATES, *top_k[bounded].tolist()])))
+        values, indices = self.topk(rows, k)  # (B, k) each
+        stats = self.empty((rows.shape[0], 2), "f32")  # (B, 2): max, denominator
+        arrays = {"logits": rows, "temperature": self.upload(np.where(temps > 0, temps, 1.0), "f32")}
+        arrays["stats"] = stats
+        knobs = {"vocab": vocab, "logits_stride": rows.row_stride, "out_off": 0}
+        self._run("sample", arrays, knobs, (rows.shape[0], 1, 1), "row_stats", aliases=(("T", rows.dtype),))
+        values, indices, stats = self.download(values), self.download(indices), self.download(stats)
+        out = {}
+        for b in np.nonzero(temps > 0)[0].tolist():
+            cand = values[b].astype(np.float32) / np.float32(temps[b])  # (k,) as the numpy backend divides
+            probs = np.exp(cand.astype(np.float64) - float(stats[b, 0]))
+            row_k = int(top_k[b]) if bounded[b] else 0
+            p, mp, u = float(params.top_p[b]), float(params.min_p[b]), float(params.uniform[b])
+            if row_k:
+                j = _pick(probs[:row_k] / probs[:row_k].sum(), p, mp, u, True)
+            else:
+                j = _pick(probs / float(stats[b, 1]), p, mp, u, complete=k == vocab)
+            out[b] = int(indices[b, j]) if j is not None else self._sample_on_host(rows[b], params, b)
+        return out
+
+    def _sample_on_host(self, row, params: SampleParams, b: int) -> int:
+        from blazr.backends.cpu import Backend as NumpyBackend
+
+        knobs = int(params.top_k[b]), float(params.top_p[b]), float(params.min_p[b]), float(params.uniform[b])
+        logits = self.download(row).astype(np.float32) / np.float32(params.temperature[b])
+        return NumpyBackend()._sample_row(logits, *knobs)
+
+    # ---- sequence -----------------------------------------------------------------------------------
+    def conv1d(self, x: Array, w: Array, b: Array | None, stride: int, pad: int, groups: int) -> Array:
+        x, w = self.contiguous(x), self.contiguous(w, x.dtype)
+        c_in, length = x.shape
+        c_out, per_group_in, kw = w.shape
+        l_out = (length + 2 * pad - kw) // stride + 1
+        out = self.empty((c_out, l_out), x.dtype)  # (C_out, L_out)
+        if out.size:
+            bias = w if b is None else self.contiguous(b, x.dtype)  # any buffer fills the unused binding
+            params = {"length": length, "c_out": c_out, "per_group_in": per_group_in}
+            params |= {
+                "per_group_out": c_out // groups,
+                "kw": kw,
+                "stride": stride,
+                "pad": pad,
+                "l_out": l_out,
+            }
+            arrays = {"x": x, "w": w, "b": bias, "out": out}
+            self._run(
+                "conv1d", arrays, params | {"has_bias": int(b is not None)}, (-(-l_out // 64), c_out, 1)
+            )
+        return out
+
+    def ssm_scan(
+        self, x: Array, dt: Array, A: Array, B: Array, C: Array, D: Array, state: Array
+    ) -> tuple[Array, Array]:
+        dtype = x.dtype
+        x, dt, a, b, c, d, state = (self.contiguous(v, dtype) for v in (x, dt, A, B, C, D, state))
+        steps, heads, p = x.shape
+        y, new_state = self.empty(x.shape, dtype), self.empty(state.shape, dtype)  # (T, H, P), (H, P, N)
+        if new_state.size:
+            params = {"steps": steps, "heads": heads, "p": p, "groups": b.shape[1], "n": state.shape[2]}
+            arrays = {"x": x, "dt": dt, "a": a, "b": b, "c": c, "d": d, "state": state}
+            arrays |= {"y": y, "new_state": new_state}
+            self._run("ssm_scan", arrays, params, (-(-(heads * p) // 64), 1, 1))
+        return y, new_state

@@ -1,0 +1,154 @@
+"""OpenAI request fields shared by the chat, completions and responses routes: stream flags, n, logprobs,
+the features this server refuses rather than fakes (response_format JSON modes, grammar), the model lookup,
+and merging the streams of n choices."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from blazr.engine.request import MAX_LOGPROBS, SamplingParams
+from blazr.server.errors import ApiError
+from blazr.server.generation import Delta, open_stream
+from blazr.server.protocol import get_bool, get_dict, get_int, get_str, sampling_params
+from blazr.server.state import LoadedModel, current_state
+
+MAX_CHOICES = 16  # n per prompt; each choice is a full generation
+CONSTRAINED_DECODING = "constrained decoding, which this server does not do yet"
+
+
+async def load_model(body: dict[str, Any]) -> LoadedModel:
+    """The model a request names (None or "" -> the served default)."""
+    return await current_state().models.get(get_str(body, "model"))
+
+
+def request_params(body: dict[str, Any], model: LoadedModel, keys: tuple[str, ...]) -> SamplingParams:
+    """SamplingParams from the body; max tokens from `keys`, defaulting to the server's generation setting."""
+    default = current_state().settings.generation.max_tokens
+    return sampling_params(
+        body, vocab_size=model.vocab_size, max_tokens_keys=keys, default_max_tokens=default
+    )
+
+
+@contextlib.contextmanager
+def prompt_param(name: str) -> Iterator[None]:
+    """Name the request field (messages, prompt, input) in a too-long-prompt error raised inside."""
+    try:
+        yield
+    except ApiError as error:
+        if error.param is None and error.code == "context_length_exceeded":
+            error.param = name
+        raise
+
+
+def stream_flags(body: dict[str, Any]) -> tuple[bool, bool]:
+    """(stream, stream_options.include_usage)."""
+    stream = bool(get_bool(body, "stream", default=False))
+    options = get_dict(body, "stream_options", default={})
+    include = options.get("include_usage", False)
+    if not isinstance(include, bool):
+        raise ApiError(400, "'stream_options.include_usage' must be true or false", param="stream_options")
+    return stream, include
+
+
+def choice_count(body: dict[str, Any]) -> int:
+    return get_int(body, "n", default=1, min=1, max=MAX_CHOICES)
+
+
+def reject_unsupported(body: dict[str, Any], format_param: str = "response_format") -> None:
+    """400 for output constraints this server cannot honour yet (instead of silently ignoring them)."""
+    fmt = body.get(format_param)
+    if fmt is not None:
+        kind = fmt.get("type") if isinstance(fmt, dict) else None
+        if kind not in ("text", "json_object", "json_schema"):
+            raise ApiError(
+                400,
+                f"'{format_param}.type' must be 'text', 'json_object' or 'json_schema'",
+                param=format_param,
+            )
+        if kind != "text":
+            raise ApiError(
+                400,
+                f"'{format_param}' type '{kind}' needs {CONSTRAINED_DECODING}; use 'text'",
+                param=format_param,
+            )
+    if body.get("grammar"):
+        raise ApiError(400, f"'grammar' needs {CONSTRAINED_DECODING}", param="grammar")
+
+
+def chat_logprobs_setting(body: dict[str, Any]) -> int | None:
+    """Chat: logprobs (bool) + top_logprobs (0..20, only with logprobs) -> the engine's top-N, or None."""
+    wanted = get_bool(body, "logprobs", default=False)
+    top = get_int(body, "top_logprobs", min=0, max=MAX_LOGPROBS)
+    if top is not None and not wanted:
+        raise ApiError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs")
+    return (top or 0) if wanted else None
+
+
+def completion_logprobs_setting(body: dict[str, Any]) -> int | None:
+    """Completions: logprobs is the number of alternatives per token (0..20), or null."""
+    return get_int(body, "logprobs", min=0, max=MAX_LOGPROBS)
+
+
+def seeded(params: SamplingParams, offset: int) -> SamplingParams:
+    """Params for choice `offset`: seed + offset when seeded, so choices differ but stay reproducible."""
+    if params.seed is None or offset == 0:
+        return params
+    return dataclasses.replace(params, seed=params.seed + offset)
+
+
+async def open_choices(
+    model: LoadedModel, prompts: list[list[int]], params: SamplingParams, n: int, route: str
+) -> list[AsyncIterator[Delta]]:
+    """One primed stream per (prompt, choice), so errors up to the first token raise before headers go out."""
+    streams: list[AsyncIterator[Delta]] = []
+    try:
+        for ids in prompts:
+            for i in range(n):
+                streams.append(await open_stream(model, ids, seeded(params, i), route))
+    except BaseException:
+        for stream in streams:
+            await stream.aclose()
+        raise
+    return streams
+
+
+async def merge_streams(streams: list[AsyncIterator[Delta]]) -> AsyncIterator[tuple[int, Delta]]:
+    """(stream index, Delta) from several streams as they arrive; closing this closes them all."""
+    if len(streams) == 1:
+        try:
+            async for delta in streams[0]:
+                yield 0, delta
+        finally:
+            await streams[0].aclose()
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump(index: int, stream: AsyncIterator[Delta]) -> None:
+        try:
+            async for delta in stream:
+                await queue.put((index, delta, None))
+            await queue.put((index, None, None))
+        except Exception as error:  # handed to the consumer, which reports it in the stream
+            await queue.put((index, None, error))
+        finally:
+            await stream.aclose()
+
+    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        remaining = len(tasks)
+        while remaining:
+            index, delta, error = await queue.get()
+            if error is not None:
+                raise error
+            if delta is None:
+                remaining -= 1
+            else:
+                yield index, delta
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,168 @@
+"""POST /v1/rerank and /rerank: order documents by relevance to a query (wire-formats.md §10).
+
+blazr serves causal LMs, not trained rerankers, so the score is what such a model can give honestly: the
+cosine similarity of the query's and each document's mean-pooled, L2-normalised final hidden states (the
+same vectors /v1/embeddings returns). Two shapes: Jina/Cohere (`documents`) and TEI (`texts`)."""
+
+from __future__ import annotations
+
+import numpy as np
+from quart import Blueprint, jsonify
+
+from blazr.server.errors import ApiError
+from blazr.server.generation import embed
+from blazr.server.openai_request import load_model
+from blazr.server.openapi import documented
+from blazr.server.protocol import get_bool, get_int, get_list, get_str, read_json
+from blazr.server.state import LoadedModel
+
+bp = Blueprint("rerank", __name__)
+
+SCORE_NOTE = (
+    "cosine similarity in [-1, 1] of the mean-pooled, L2-normalised final hidden states of the query and "
+    "the document under the served causal LM (an embedding similarity, not a trained cross-encoder score)"
+)
+RERANK_REQUEST = {
+    "type": "object",
+    "properties": {
+        "model": {"type": "string"},
+        "query": {"type": "string", "minLength": 1},
+        "documents": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "oneOf": [
+                    {"type": "string", "minLength": 1},
+                    {
+                        "type": "object",
+                        "required": ["text"],
+                        "properties": {"text": {"type": "string", "minLength": 1}},
+                    },
+                ]
+            },
+            "description": "Jina/Cohere shape",
+        },
+        "top_n": {"type": "integer", "minimum": 1},
+        "return_documents": {"type": "boolean", "default": True},
+        "texts": {
+            "type": "array",
+            "minItems": 1,
+            "items": {"type": "string", "minLength": 1},
+            "description": "TEI shape (answers a bare array)",
+        },
+        "truncate": {"type": "boolean", "default": False, "description": "TEI: cut inputs to the context"},
+        "return_text": {"type": "boolean", "default": False, "description": "TEI: echo each text"},
+    },
+    "required": ["query"],
+}
+RERANK_RESPONSE = {
+    "oneOf": [
+        {
+            "type": "object",
+            "description": "Jina/Cohere shape: results sorted by relevance_score, highest first",
+            "properties": {
+                "model": {"type": "string"},
+                "object": {"const": "list"},
+                "usage": {"type": "object"},
+                "results": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "index": {"type": "integer"},
+                            "relevance_score": {"type": "number", "description": SCORE_NOTE},
+                            "document": {"type": "object", "properties": {"text": {"type": "string"}}},
+                        },
+                    },
+                },
+            },
+        },
+        {
+            "type": "array",
+            "description": "TEI shape, sorted by score, highest first",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "index": {"type": "integer"},
+                    "score": {"type": "number", "description": SCORE_NOTE},
+                    "text": {"type": "string"},
+                },
+            },
+        },
+    ]
+}
+SUMMARY = "Rerank by cosine similarity of mean-pooled hidden states (an embedding score, not a cross-encoder)"
+
+
+@bp.post("/v1/rerank")
+@bp.post("/rerank")
+@documented(RERANK_REQUEST, RERANK_RESPONSE, summary=SUMMARY)
+async def rerank():
+    """Rerank documents by cosine similarity of mean-pooled hidden states (see SCORE_NOTE)."""
+    body = await read_json()
+    query = get_str(body, "query", required=True)
+    tei = "texts" in body
+    documents = _texts(body, "texts") if tei else _texts(body, "documents")
+    top_n = get_int(body, "top_n", min=1)
+    truncate = bool(get_bool(body, "truncate", default=False))
+    return_text = get_bool(body, "return_text" if tei else "return_documents", default=not tei)
+    model = await load_model(body)
+    ids = _token_lists(model, [query, *documents], "texts" if tei else "documents", truncate)
+    vectors = await embed(model, ids)  # (1 + N, D), unit rows
+    scores = vectors[1:] @ vectors[0]  # (N,) cosine similarities
+    order = [int(i) for i in np.argsort(-scores, kind="stable")][: top_n or len(documents)]
+    if tei:
+        return jsonify([_tei_item(i, float(scores[i]), documents[i], return_text) for i in order])
+    results = [_jina_item(i, float(scores[i]), documents[i], return_text) for i in order]
+    tokens = sum(len(t) for t in ids)
+    usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+    return jsonify({"model": model.name, "object": "list", "usage": usage, "results": results})
+
+
+def _texts(body: dict, name: str) -> list[str]:
+    """Documents as strings ({"text": ...} objects are accepted in the Jina/Cohere shape)."""
+    items = get_list(body, name, required=True)
+    if not items:
+        raise ApiError(400, f"'{name}' must not be empty", param=name)
+    texts = []
+    for i, item in enumerate(items):
+        text = item.get("text") if isinstance(item, dict) and name == "documents" else item
+        if not isinstance(text, str):
+            raise ApiError(400, f"'{name}[{i}]' must be a string or {{\"text\": string}}", param=name)
+        texts.append(text)
+    return texts
+
+
+def _token_lists(model: LoadedModel, texts: list[str], name: str, truncate: bool) -> list[list[int]]:
+    """Token ids per text (query first); too long for the context -> 400, or cut when `truncate` asks."""
+    tokenizer, limit = model.llm.tokenizer, model.num_ctx
+    lists = []
+    for i, text in enumerate(texts):
+        where = "query" if i == 0 else f"{name}[{i - 1}]"
+        ids = tokenizer.encode(text, add_special_tokens=True)
+        if not ids:
+            raise ApiError(400, f"'{where}' is empty; it needs at least one token", param=where.split("[")[0])
+        if len(ids) > limit and not truncate:
+            raise ApiError(
+                400,
+                f"'{where}' has {len(ids)} tokens but model '{model.name}' has a context limit of {limit} "
+                "tokens; shorten it (or send truncate: true)",
+                param=where.split("[")[0],
+                code="context_length_exceeded",
+            )
+        lists.append(ids[:limit])
+    return lists
+
+
+def _jina_item(index: int, score: float, text: str, with_document: bool) -> dict:
+    item: dict = {"index": index, "relevance_score": score}
+    if with_document:
+        item["document"] = {"text": text}
+    return item
+
+
+def _tei_item(index: int, score: float, text: str, with_text: bool) -> dict:
+    item: dict = {"index": index, "score": score}
+    if with_text:
+        item["text"] = text
+    return item
