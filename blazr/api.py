@@ -65,9 +65,14 @@ class LLM:
         num_ctx: int | None = None,
         chat_template: str | None = None,
         max_seqs: int = 1,
+        speculative: str | None = None,
+        num_speculative_tokens: int = 5,
+        draft_model: str | Path | None = None,
     ) -> LLM:
         """Load a model by path or name (catalog models are pulled on first use) onto `device`.
-        num_ctx defaults to min(2048, the model's context length)."""
+        num_ctx defaults to min(2048, the model's context length). speculative="ngram" turns on prompt-lookup
+        speculative decoding; draft_model (a path or name of a smaller model with the same vocabulary)
+        turns on draft-model speculative decoding."""
         from blazr.backends import get_backend
         from blazr.loaders import load_checkpoint
         from blazr.model_dir import resolve_model
@@ -79,7 +84,19 @@ class LLM:
         net = build_model(checkpoint, backend, dtype)
         tokenizer = load_tokenizer(checkpoint)
         num_ctx = num_ctx or min(DEFAULT_NUM_CTX, net.args.max_position_embeddings)
-        engine = Engine(net, tokenizer, backend, num_ctx=num_ctx, max_seqs=max_seqs)
+        draft = None
+        if draft_model is not None:
+            draft = build_model(load_checkpoint(resolve_model(str(draft_model))), backend, dtype)
+        engine = Engine(
+            net,
+            tokenizer,
+            backend,
+            num_ctx=num_ctx,
+            max_seqs=max_seqs,
+            speculative=speculative,
+            num_speculative_tokens=num_speculative_tokens,
+            draft_model=draft,
+        )
         return cls(checkpoint, tokenizer, net, backend, engine, chat_template)
 
     # ---- text ----------------------------------------------------------------------------------------------

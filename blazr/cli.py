@@ -11,7 +11,7 @@ import typer
 from typer.core import TyperGroup
 
 from blazr import __version__
-from blazr.commands import completions, devices, generate, models, repl, serve
+from blazr.commands import bench, completions, devices, generate, models, repl, serve
 from blazr.errors import BlazrError
 
 # optional module -> the extra that provides it (pyproject [project.optional-dependencies])
@@ -75,6 +75,7 @@ app.command("completions")(completions.completions)
 app.command("devices")(devices.devices)
 app.command("serve")(serve.serve)
 app.command("ps")(serve.ps)
+app.command("bench")(bench.bench)
 
 
 def main() -> None:

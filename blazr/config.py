@@ -68,6 +68,7 @@ class ServerSettings:
     request_logging: bool = True
     max_body_size: int = 10 * 1024 * 1024
     max_inflight_tokens: int = 0  # 0 = unlimited; prompt + max_tokens of admitted requests, else 503
+    reasoning_field: str = "reasoning_content"  # chat replies' reasoning key: reasoning_content | reasoning
 
 
 @dataclass
@@ -249,6 +250,15 @@ def _between(low: float, high: float) -> Callable[[Any], Any]:
     return check
 
 
+def _one_of(*allowed: str) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if value not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}, got {value!r}")
+        return value
+
+    return check
+
+
 def _accept(value: Any) -> Any:
     return value
 
@@ -272,6 +282,7 @@ VALIDATORS: dict[str, Callable[[Any], Any]] = {
     "server.shutdown_grace_secs": _at_least(0),
     "server.max_body_size": _at_least(1),
     "server.max_inflight_tokens": _at_least(0, " (0 means unlimited)"),
+    "server.reasoning_field": _one_of("reasoning_content", "reasoning"),
 }
 
 

@@ -23,7 +23,8 @@ from tests.tiny_models import tiny_config, tiny_weights
 BLOCK = 16
 STEPS = 24
 AGREEMENT_FLOOR = 0.9
-PROMPT = [5, 17, 99, 3, 42, 7, 200, 11, 64]  # 9 tokens: the prefill takes the tile + sgemm path
+# 13 tokens: the prefill takes the tile + sgemm path (cpu_kernels.GEMM_MIN_TOKENS), decode the row path
+PROMPT = [5, 17, 99, 3, 42, 7, 200, 11, 64, 8, 150, 31, 77]
 
 
 class DenseOnlyCPU(CPUBackend):

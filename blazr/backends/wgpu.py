@@ -2,8 +2,8 @@
 
 Arrays are WgpuArray views into pooled device buffers; ops record dispatches that run at the next
 download()/sync() in one submit (wgpu_runtime.py). Dense f32 weights, and f16 where the adapter has
-shader-f16; quantized weights are dequantized at load for now (the model never hands this backend a packed
-weight, and supports() says so).
+shader-f16. Quantized weights of PACKED_FORMATS stay in their GGML blocks (wgpu_quant.py); other formats
+are dequantized at load.
 """
 
 from __future__ import annotations
@@ -12,10 +12,13 @@ import numpy as np
 
 from blazr.backends.base import ACTIVATIONS, BINARY_OPS, OPS, ROPE_STYLES, Array
 from blazr.backends.wgpu_array import ITEMSIZE, NUMPY_DTYPES, RowChunks, WgpuArray
-from blazr.backends.wgpu_device import _wgpu, open_device
+from blazr.backends.wgpu_device import _wgpu, adapter_memory, device_weight_bytes, open_device
+from blazr.backends.wgpu_fusion import FusionOps
 from blazr.backends.wgpu_ops import SelectionSequenceOps
+from blazr.backends.wgpu_quant import PACKED_FORMATS, PackedOps
 from blazr.backends.wgpu_runtime import Runtime, grid_1d
 from blazr.errors import ConfigError, UnsupportedError
+from blazr.quant import QuantRowStack, QuantWeight
 
 WG = 64  # workgroup size of every kernel (an override constant; llvmpipe runs 8-wide, GPUs 32/64-wide)
 MAX_HEAD_DIM = 256  # attention.wgsl keeps one query in workgroup memory
@@ -28,10 +31,11 @@ def _groups(n: int) -> int:
     return max(1, -(-n // WG))
 
 
-class Backend(SelectionSequenceOps):
+class Backend(SelectionSequenceOps, PackedOps, FusionOps):
     """One WebGPU adapter (enumeration order, as `blazr devices` lists them)."""
 
-    weight_formats: tuple[str, ...] = ()
+    weight_formats: tuple[str, ...] = PACKED_FORMATS
+    WG = WG
 
     def __init__(self, index: int = 0, **options):
         if options:
@@ -42,9 +46,19 @@ class Backend(SelectionSequenceOps):
         self.act_dtypes = ("f32", "f16") if self.native_f16 else ("f32",)
         self.rt = Runtime(_wgpu(), device)
         self.stats = self.rt.stats  # dispatches, submits, bytes read back: `blazr bench` reports them
+        self.memory_limit = adapter_memory(self.adapter)  # bytes, or None where WebGPU cannot tell
         self._rope_cache = None
 
     # ---- memory -------------------------------------------------------------------------------------
+    def check_model_fits(self, tensors: dict, dtype: str) -> None:
+        """Refuse, before any upload, weights larger than the adapter's memory (build_model calls this)."""
+        need = device_weight_bytes(tensors, dtype, self.weight_formats)
+        if self.memory_limit is not None and need > self.memory_limit:
+            raise UnsupportedError(
+                f"the model's weights need {need / 2**20:.1f} MiB on device {self.name}, but the adapter has "
+                f"{self.memory_limit / 2**20:.1f} MiB; use a smaller or more quantized model, or --device cpu"
+            )
+
     def _check_dtype(self, dtype: str) -> str:
         if dtype not in self.act_dtypes and dtype != "i32":
             why = "this adapter lacks shader-f16" if dtype == "f16" else "it is not supported here"
@@ -87,10 +101,10 @@ class Backend(SelectionSequenceOps):
     def sync(self) -> None:
         self.rt.wait()
 
-    def contiguous(self, a: WgpuArray, dtype: str | None = None) -> WgpuArray:
-        """a itself when dense and of dtype, else a dense copy (converted to dtype)."""
+    def contiguous(self, a: WgpuArray, dtype: str | None = None, force: bool = False) -> WgpuArray:
+        """a itself when dense and of dtype (unless force), else a dense copy (converted to dtype)."""
         dtype = dtype or a.dtype
-        if a.contiguous and a.dtype == dtype:
+        if a.contiguous and a.dtype == dtype and not force:
             return a
         out = self.empty(a.shape, dtype)
         if a.size == 0:
@@ -103,6 +117,7 @@ class Backend(SelectionSequenceOps):
         return out
 
     def _run(self, op, arrays, params, grid, entry="main", aliases=None, **constants) -> None:
+        self._last = None  # a fusable dispatch is only fusable with the op right after it
         dtype = next(a.dtype for a in arrays.values() if a.dtype != "i32") if aliases is None else None
         aliases = (("T", dtype),) if aliases is None else aliases
         consts = tuple(sorted({"WG": WG, **constants}.items()))
@@ -117,6 +132,8 @@ class Backend(SelectionSequenceOps):
 
     # ---- linear algebra -----------------------------------------------------------------------------
     def embed(self, table: Array, ids: Array) -> Array:
+        if isinstance(table, QuantWeight | QuantRowStack):
+            return self.embed_packed(table, ids)
         parts = self._row_blocks(table)
         out = self.empty((ids.shape[0], table.shape[1]), table.dtype)  # (T, D)
         if out.size:
@@ -129,6 +146,8 @@ class Backend(SelectionSequenceOps):
         return out
 
     def matmul(self, x: Array, w: Array) -> Array:
+        if isinstance(w, QuantWeight | QuantRowStack):
+            return self.matmul_packed(x, w)
         parts = self._row_blocks(w, "matmul")
         x = self._rows(x, w.dtype)
         t, n = x.shape[0], w.shape[0]
@@ -174,6 +193,9 @@ class Backend(SelectionSequenceOps):
 
     # ---- normalisation ------------------------------------------------------------------------------
     def rms_norm(self, x: Array, w: Array, eps: float) -> Array:
+        fused = self.fused_add_rms_norm(x, w, eps)
+        if fused is not None:
+            return fused
         rows = self._rows(x)
         out = self.empty(rows.shape, x.dtype)  # (T, D)
         if out.size:
@@ -278,6 +300,9 @@ class Backend(SelectionSequenceOps):
 
     def glu(self, gate: Array, up: Array, kind: str) -> Array:
         kind_id = _activation_id(kind)
+        fused = self.fused_glu(gate, up, kind)
+        if fused is not None:
+            return fused
         g, u = self._rows(gate), self._rows(up, gate.dtype)
         out = self.empty(g.shape, gate.dtype)  # (T, F)
         if out.size:
@@ -320,12 +345,18 @@ class Backend(SelectionSequenceOps):
                 grid_1d(_groups(a.size)),
                 OP=BINARY_OPS.index(op),
             )
+            if op == "add" and a.ndim == 2 and a.shape == b.shape and a.rows_contiguous and b.rows_contiguous:
+                self.note_fusable("add", out=out, a=a, b=b)
         return out
 
     # ---- capability ---------------------------------------------------------------------------------
     def supports(self, op: str, dtype: str | None = None, fmt: str | None = None) -> bool:
         dtype_ok = dtype is None or dtype in self.act_dtypes
-        return op in OPS and dtype_ok and (fmt is None or fmt in self.weight_formats)
+        # packed kernels take f32 activations; an f16 model gets its quantized weights dequantized at load
+        packed_ok = fmt is None or (
+            op in ("matmul", "embed") and fmt in self.weight_formats and dtype != "f16"
+        )
+        return op in OPS and dtype_ok and packed_ok
 
 
 def _activation_id(kind: str) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from typing import Any
@@ -71,3 +72,31 @@ def open_device(index: int) -> tuple[Any, Any]:
     features = [f for f in OPTIONAL_FEATURES if f in adapter.features]
     device = adapter.request_device_sync(required_features=features, required_limits=dict(adapter.limits))
     return adapter, device
+
+
+def adapter_memory(adapter: Any) -> int | None:
+    """Bytes the adapter can hold, where it can be known: a CPU adapter (lavapipe, llvmpipe) allocates host
+    memory, so physical RAM. WebGPU reports no VRAM size for GPUs: None, and allocation errors say it then."""
+    if adapter.info.get("adapter_type") == "CPU" and hasattr(os, "sysconf"):
+        try:
+            return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError):
+            return None
+    return None
+
+
+def device_weight_bytes(tensors: dict[str, Any], dtype: str, packed_formats: tuple[str, ...]) -> int:
+    """Bytes the weights take on the device: packed formats at their block size, the rest dense in dtype."""
+    from blazr.quant import row_bytes
+
+    itemsize = {"f16": 2, "bf16": 2}.get(dtype, 4)
+    total = 0
+    for tensor in tensors.values():
+        shape = tuple(int(n) for n in tensor.shape)
+        fmt = getattr(tensor, "dtype", None)
+        packed = getattr(tensor, "quantized", False) and len(shape) == 2 and fmt in packed_formats
+        if packed and dtype == "f32":
+            total += shape[0] * row_bytes(fmt, shape[1])
+        else:
+            total += math.prod(shape) * itemsize
+    return total

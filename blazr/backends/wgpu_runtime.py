@@ -154,6 +154,15 @@ class Runtime:
         self._pending.append((pipeline, group, grid))
         self._pending_serials.update(arr.buf.serial for arr in arrays.values())
 
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    def drop_last(self) -> None:
+        """Forget the last recorded dispatch (the backend replaces it with a fused one); its Params slot is
+        reused by the next dispatch. Its buffers stay marked pending, which only makes uploads more careful."""
+        self._pending.pop()
+
     def _bind_group(self, pipeline: Any, shader: Shader, arrays: dict[str, WgpuArray], slot: int) -> Any:
         entries = [
             {

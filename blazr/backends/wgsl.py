@@ -19,7 +19,14 @@ from blazr.errors import UnsupportedError
 LIBRARIES: dict[str, tuple[str, ...]] = {
     "act": ("activations",),
     "glu": ("activations",),
-    **{op: ("reduce",) for op in ("rms_norm", "layer_norm", "softmax", "attention", "topk", "sample")},
+    **{
+        f"matmul_{fmt}": ("activations", "qmatmul")
+        for fmt in ("q4_0", "q4_1", "q8_0", "q4_k", "q5_k", "q6_k")
+    },
+    **{
+        op: ("reduce",)
+        for op in ("rms_norm", "add_rms_norm", "layer_norm", "softmax", "attention", "topk", "sample")
+    },
 }
 WGSL_TYPES = {"f32": "f32", "f16": "f16"}
 _ALIAS = re.compile(r"^alias (\w+) = f32;", re.M)

@@ -39,11 +39,21 @@ def generate(
     num_ctx: o.NumCtx = None,
     chat_template: o.ChatTemplate = None,
     model_dir: o.ModelDir = None,
+    speculative: o.Speculative = None,
+    draft_model: o.DraftModel = None,
+    num_speculative_tokens: o.NumSpeculativeTokens = None,
 ) -> None:
     """Complete a prompt as raw text (no chat template); the text streams to stdout."""
     settings = o.settings_from_params(locals())
     text_prompt = prompt if prompt is not None else read_stdin_prompt()
-    llm = o.load_llm(model, settings, model_dir)
+    llm = o.load_llm(
+        model,
+        settings,
+        model_dir,
+        speculation=o.speculation_kwargs(
+            speculative, draft_model, num_speculative_tokens, settings, model_dir
+        ),
+    )
     if verbose_prompt:
         print_prompt_tokens(llm, text_prompt)
     text = stream_text(llm.stream(text_prompt, **o.sampling_kwargs(settings)))
@@ -90,12 +100,23 @@ def run(
     num_ctx: o.NumCtx = None,
     chat_template: o.ChatTemplate = None,
     model_dir: o.ModelDir = None,
+    speculative: o.Speculative = None,
+    draft_model: o.DraftModel = None,
+    num_speculative_tokens: o.NumSpeculativeTokens = None,
 ) -> None:
     """Chat with a model: one answer with --prompt, else an interactive session (/clear, /history, /exit)."""
     from blazr.commands.repl import Conversation, answer, run_session
 
     settings = o.settings_from_params(locals())
-    llm = o.load_llm(model, settings, model_dir, verbose=verbose)
+    llm = o.load_llm(
+        model,
+        settings,
+        model_dir,
+        verbose=verbose,
+        speculation=o.speculation_kwargs(
+            speculative, draft_model, num_speculative_tokens, settings, model_dir
+        ),
+    )
     conversation = Conversation()
     if prompt is not None:
         answer(llm, conversation, prompt, o.sampling_kwargs(settings), show_stats=True)

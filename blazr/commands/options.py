@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from blazr.config import Settings, apply_flags, load_settings, resolve_model_dir
+from blazr.errors import ConfigError
 from blazr.loaders.registry import DEFAULT_MODEL
 
 if TYPE_CHECKING:
@@ -73,6 +74,30 @@ ChatTemplate = Annotated[
 ModelDir = Annotated[
     Path | None,
     typer.Option("--model-dir", help="Model directory (default: ~/.blazr/models)", rich_help_panel=RUNTIME),
+]
+
+Speculative = Annotated[
+    str | None,
+    typer.Option(
+        "--speculative",
+        help="Speculative decoding: ngram (prompt lookup) or draft (needs --draft-model)",
+        rich_help_panel=RUNTIME,
+    ),
+]
+DraftModel = Annotated[
+    str | None,
+    typer.Option(
+        "--draft-model",
+        metavar="PATH",
+        help="Smaller model with the same vocabulary",
+        rich_help_panel=RUNTIME,
+    ),
+]
+NumSpeculativeTokens = Annotated[
+    int | None,
+    typer.Option(
+        "--num-speculative-tokens", help="Draft tokens per step (default: 5)", rich_help_panel=RUNTIME
+    ),
 ]
 
 ModelArgument = Annotated[
@@ -141,8 +166,43 @@ def model_path(model: str | None, settings: Settings, model_dir: Path | None) ->
     return resolve_model(name, pull=True, directory=resolve_model_dir(settings, model_dir))
 
 
-def load_llm(model: str | None, settings: Settings, model_dir: Path | None, verbose: bool = False) -> LLM:
-    """Resolve (pulling a catalog model on first use) and load the model the flags and settings name."""
+def speculation_kwargs(
+    speculative: str | None, draft_model: str | None, num_tokens: int | None, settings: Settings, model_dir
+) -> dict[str, Any]:
+    """LLM.load arguments for --speculative / --draft-model / --num-speculative-tokens (empty when off)."""
+    from blazr.model_dir import resolve_model
+
+    if speculative not in (None, "ngram", "draft"):
+        raise ConfigError(
+            f"--speculative {speculative!r}: use ngram (prompt lookup) or draft (a draft model)"
+        )
+    if speculative == "draft" and draft_model is None:
+        raise ConfigError("--speculative draft needs --draft-model PATH (a smaller model, same vocabulary)")
+    if speculative == "ngram" and draft_model is not None:
+        raise ConfigError("--draft-model goes with --speculative draft, not ngram")
+    if num_tokens is not None and not 1 <= num_tokens <= 32:
+        raise ConfigError(f"--num-speculative-tokens {num_tokens}: it must be in [1, 32]")
+    if speculative is None and draft_model is None:
+        return {}
+    kwargs: dict[str, Any] = {
+        "speculative": speculative or "draft",
+        "num_speculative_tokens": num_tokens or 5,
+    }
+    if draft_model is not None:
+        directory = resolve_model_dir(settings, model_dir)
+        kwargs["draft_model"] = str(resolve_model(draft_model, pull=True, directory=directory))
+    return kwargs
+
+
+def load_llm(
+    model: str | None,
+    settings: Settings,
+    model_dir: Path | None,
+    verbose: bool = False,
+    speculation: dict[str, Any] | None = None,
+) -> LLM:
+    """Resolve (pulling a catalog model on first use) and load the model the flags and settings name;
+    `speculation` holds speculative-decoding arguments for LLM.load (see speculation_kwargs)."""
     import time
 
     from blazr.api import LLM
@@ -155,6 +215,7 @@ def load_llm(model: str | None, settings: Settings, model_dir: Path | None, verb
         dtype=settings.inference.dtype,
         num_ctx=settings.num_ctx,
         chat_template=settings.inference.chat_template,
+        **(speculation or {}),
     )
     if verbose:
         print(f"loaded {path} on {settings.device} in {time.perf_counter() - start:.2f}s", file=sys.stderr)

@@ -161,9 +161,20 @@ def chat(
     num_ctx: o.NumCtx = None,
     chat_template: o.ChatTemplate = None,
     model_dir: o.ModelDir = None,
+    speculative: o.Speculative = None,
+    draft_model: o.DraftModel = None,
+    num_speculative_tokens: o.NumSpeculativeTokens = None,
 ) -> None:
     """Multi-turn chat (/clear, /system <msg>, /history, /exit); lines come from the terminal or stdin."""
     settings = o.settings_from_params(locals())
-    llm = o.load_llm(model, settings, model_dir, verbose=verbose)
+    llm = o.load_llm(
+        model,
+        settings,
+        model_dir,
+        verbose=verbose,
+        speculation=o.speculation_kwargs(
+            speculative, draft_model, num_speculative_tokens, settings, model_dir
+        ),
+    )
     conversation = Conversation(system=system)
     run_session(llm, conversation, o.sampling_kwargs(settings), kind="chat", show_stats=verbose)

@@ -14,11 +14,14 @@ from typing import Any
 
 from blazr.backends.base import Backend
 from blazr.engine.block_pool import BlockPool
+from blazr.engine.constraints import ConstraintMatcher, constraint_tokenizer
 from blazr.engine.kv_cache import KVCacheManager
 from blazr.engine.request import FinishReason, Request, RequestOutput, SamplingParams, TokenLogprob
 from blazr.engine.runner import ModelRunner, kv_pool_blocks
 from blazr.engine.sampling import StopStrings, make_rng
 from blazr.engine.scheduler import Scheduler
+from blazr.engine.spec.config import build_drafter
+from blazr.engine.spec.draft import SpecStats
 from blazr.errors import ConfigError
 
 
@@ -36,7 +39,11 @@ class Engine:
     KV pool: `num_blocks` blocks of `block_size` tokens, else as many as `kv_cache_bytes` holds, else
     `max_seqs` full contexts. `max_num_batched_tokens` caps the tokens of one step (long prompts are chunked);
     `prefill_chunk` additionally caps one sequence's tokens per step. `max_waiting` bounds the queue
-    (add_request raises QueueFullError past it; None: unbounded)."""
+    (add_request raises QueueFullError past it; None: unbounded).
+
+    Speculative decoding: `speculative="ngram"` drafts by prompt lookup (n-grams of prompt_lookup_min..max
+    tokens), `"draft"` with `draft_model` (a smaller model of the same vocabulary on the same backend); up to
+    `num_speculative_tokens` drafts per sequence and step are verified in the batch's one forward pass."""
 
     def __init__(
         self,
@@ -52,6 +59,11 @@ class Engine:
         max_num_batched_tokens: int = 512,
         max_waiting: int | None = 256,
         enable_prefix_cache: bool = True,
+        speculative: str | None = None,
+        num_speculative_tokens: int = 5,
+        prompt_lookup_min: int = 1,
+        prompt_lookup_max: int = 3,
+        draft_model: Any = None,
     ):
         max_pos = model.args.max_position_embeddings
         if num_ctx < 2 or num_ctx > max_pos:
@@ -73,6 +85,16 @@ class Engine:
         blocks = kv_pool_blocks(model, num_ctx, block_size, max_seqs, num_blocks, kv_cache_bytes)
         self.pool = BlockPool(blocks, block_size)
         self.kv = KVCacheManager(self.pool, enable_prefix_cache)
+        self.drafter = build_drafter(
+            speculative,
+            num_speculative_tokens,
+            prompt_lookup_min,
+            prompt_lookup_max,
+            draft_model,
+            backend,
+            model,
+            (blocks, block_size, max_seqs, num_ctx),
+        )
         self.scheduler = Scheduler(
             self.kv,
             num_ctx,
@@ -81,6 +103,7 @@ class Engine:
             prefill_chunk,
             max_num_batched_tokens,
             max_waiting,
+            self.drafter,
         )
         self.runner = ModelRunner(model, backend, blocks, block_size)
         self._text: dict[Request, _TextState] = {}  # sequences not yet reported finished
@@ -93,6 +116,8 @@ class Engine:
         """Raise ConfigError for bad sampling params or a prompt that does not fit the context, and
         QueueFullError when the waiting queue has no room for the request's n sequences."""
         params.validate(self.vocab_size)
+        if params.constraint is not None:
+            constraint_tokenizer(self.tokenizer)  # built once; a tokenizer that cannot serve fails here
         if len(prompt_ids) >= self.num_ctx:
             raise ConfigError(
                 f"the prompt has {len(prompt_ids)} tokens but the context limit is num_ctx={self.num_ctx} "
@@ -112,10 +137,12 @@ class Engine:
         self.check_request(prompt_ids, params)
         if request_id in self._ids_in_use:
             raise ConfigError(f"request id {request_id!r} is already in use")
+        matchers = [self._matcher(params) for _ in range(params.n)]  # each choice walks the grammar alone
         self._ids_in_use[request_id] = params.n
         leader = None
         for index in range(params.n):
             request = Request(request_id, prompt_ids, params, rng=make_rng(params.seed, index), index=index)
+            request.matcher = matchers[index]
             request.leader = leader if self.kv.enable_prefix_cache else None
             leader = leader or request
             self._text[request] = _TextState(self.tokenizer.stream(), StopStrings(params.stop))
@@ -124,6 +151,11 @@ class Engine:
                 self._pending.append(self._output(request, [], ""))
             else:
                 self.scheduler.add(request)
+
+    def _matcher(self, params: SamplingParams) -> ConstraintMatcher | None:
+        if params.constraint is None:
+            return None
+        return ConstraintMatcher(params.constraint, self.tokenizer, self.vocab_size)
 
     def abort(self, request_id: str) -> None:
         """Stop a request (all its choices) and free its KV blocks now; the final outputs (finish_reason
@@ -143,6 +175,11 @@ class Engine:
     def num_running(self) -> int:
         return len(self.scheduler.running)
 
+    @property
+    def spec_stats(self) -> SpecStats | None:
+        """Speculative decoding counters (drafted / accepted tokens), or None when it is off."""
+        return self.drafter.stats if self.drafter is not None else None
+
     # ---- the loop ----------------------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
@@ -151,22 +188,35 @@ class Engine:
         batch = self.scheduler.schedule()
         if batch is None:
             return outputs
+        before = {s.request: len(s.request.output_ids) for s in batch.seqs}
         tokens, logprobs = self.runner.execute(batch)
         for request in self.scheduler.update(batch, tokens):
-            outputs.append(self._token_output(request, logprobs.get(request)))
+            new = len(request.output_ids) - before[request]
+            outputs.append(self._token_output(request, new, logprobs.get(request)))
         return outputs
 
-    def _token_output(self, request: Request, logprob: TokenLogprob | None) -> RequestOutput:
-        """Detokenize the sequence's new token, apply stop strings, and build its output."""
+    def _token_output(
+        self, request: Request, num_new: int, logprobs: list[TokenLogprob] | None
+    ) -> RequestOutput:
+        """Detokenize the sequence's new tokens (several when drafts were accepted), apply stop strings, and
+        build its output. Tokens after a stop string are dropped, as plain decoding would never make them."""
         state = self._text[request]
-        new_ids = [] if request.ended_by_stop_token else [request.output_ids[-1]]
-        text, hit = state.stops.push(state.decoder.push(new_ids[0]) if new_ids else "")
+        first = len(request.output_ids) - num_new
+        new_ids = request.output_ids[first : len(request.completion_ids)]
+        text, hit = "", None
+        for i, token in enumerate(new_ids):
+            piece, hit = state.stops.push(state.decoder.push(token))
+            text += piece
+            if hit is not None:
+                new_ids = new_ids[: i + 1]
+                del request.output_ids[first + i + 1 :]
+                break
         if hit is None and request.finished:
             tail, hit = state.stops.push(state.decoder.flush())
             text += tail if hit is not None else tail + state.stops.flush()
         if hit is not None:
             self.scheduler.finish(request, FinishReason.STOP, hit)
-        logprobs = [logprob] if logprob is not None and new_ids else None
+        logprobs = logprobs[: len(new_ids)] if logprobs and new_ids else None
         return self._output(request, new_ids, text, logprobs)
 
     def _output(

@@ -51,6 +51,16 @@ class KVCacheManager:
         table.extend(self.pool.allocate() for _ in range(missing))
         return table
 
+    def truncate(self, seq: Hashable, num_tokens: int) -> None:
+        """Give back the blocks past the first `num_tokens` tokens (rejected speculative tokens' blocks);
+        blocks already offered to the prefix-cache index stay."""
+        table = self._tables.get(seq)
+        if not table:
+            return
+        keep = max(blocks_needed(num_tokens, self.block_size), self._committed.get(seq, 0))
+        while len(table) > keep:
+            self.pool.release(table.pop())
+
     def free(self, seq: Hashable) -> None:
         """Let go of all the sequence's blocks (a no-op for an unknown sequence). The last block goes first,
         so among equally old cached blocks a prompt's tail is evicted before its head."""

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from blazr.engine.constraints import Constraint, as_constraint
 from blazr.errors import ConfigError
 
 MAX_LOGPROBS = 20  # top-N logprobs per token, as in the OpenAI API
@@ -49,6 +50,7 @@ class SamplingParams:
     ignore_eos: bool = False  # keep going past the tokenizer's EOS ids (stop_token_ids still apply)
     logprobs: int | None = None  # top-N logprobs per generated token (0..20); None: off
     n: int = 1  # completions of the prompt (choices); they share the prompt's KV blocks
+    constraint: Constraint | None = None  # JSON / JSON Schema / regex / grammar the output must match
 
     def validate(self, vocab_size: int | None = None) -> SamplingParams:
         """Raise ConfigError naming the first out-of-range field; returns self so calls can chain."""
@@ -60,7 +62,8 @@ class SamplingParams:
             ("top_p", self.top_p, 0.0 < self.top_p <= 1.0, "in (0, 1]"),
             ("top_k", self.top_k, self.top_k >= 0, ">= 0"),
             ("min_p", self.min_p, 0.0 <= self.min_p <= 1.0, "in [0, 1]"),
-            ("repeat_penalty", self.repeat_penalty, self.repeat_penalty > 0.0, "> 0"),
+            # past these bounds the penalised logits overflow to inf/nan: no useful setting lies there
+            ("repeat_penalty", self.repeat_penalty, 0.01 <= self.repeat_penalty <= 100.0, "in [0.01, 100]"),
             ("repeat_last_n", self.repeat_last_n, self.repeat_last_n >= -1, ">= -1"),
             (
                 "frequency_penalty",
@@ -77,7 +80,20 @@ class SamplingParams:
             if not ok:
                 raise ConfigError(f"sampling parameter {name}={value!r} is out of range; it must be {rule}")
         self._validate_lists(vocab_size)
+        self._validate_constraint()
         return self
+
+    def _validate_constraint(self) -> None:
+        """Compile the constraint once (later calls reuse it); a bad spec raises ConfigError naming it."""
+        self.constraint = as_constraint(self.constraint)
+        if self.constraint is None:
+            return
+        if self.ignore_eos:
+            raise ConfigError(
+                "sampling parameter ignore_eos cannot be combined with constraint: a complete constrained "
+                "output ends with EOS"
+            )
+        self.constraint.grammar()
 
     def _validate_types(self) -> None:
         for name in ("max_tokens", "top_k", "repeat_last_n", "n"):
@@ -166,6 +182,7 @@ class Request:
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache at first admission
     num_preemptions: int = 0
     block_keys: list[bytes] = field(default_factory=list)  # prefix-cache keys of its full blocks so far
+    matcher: Any = None  # its own ConstraintMatcher when params.constraint is set
     status: RequestStatus = RequestStatus.WAITING
     finish_reason: FinishReason | None = None
     stop_reason: str | int | None = None

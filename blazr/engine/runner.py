@@ -12,6 +12,7 @@ from blazr.engine.block_pool import blocks_needed
 from blazr.engine.request import Request, TokenLogprob
 from blazr.engine.sampling import Sampler
 from blazr.engine.scheduler import ScheduledBatch
+from blazr.engine.spec.verify import Verifier, draft_of
 from blazr.errors import ConfigError
 from blazr.models.batch import ForwardBatch
 
@@ -56,8 +57,9 @@ def kv_pool_blocks(
 
 
 def build_forward_batch(batch: ScheduledBatch, block_size: int) -> ForwardBatch:
-    """Lay the batch's sequences back to back; logits rows are the last token of each sequence that samples
-    (or of the last sequence when none does, so the model always returns at least one row)."""
+    """Lay the batch's sequences back to back; logits rows are the last token of each sequence that samples,
+    preceded by one row per draft token when it speculates (or the last row of the last sequence when none
+    samples, so the model always returns at least one row)."""
     seqs = batch.seqs
     q_lens = np.array([len(s.token_ids) for s in seqs], dtype=np.int32)  # (B,)
     starts = np.array([s.start for s in seqs], dtype=np.int32)  # (B,)
@@ -72,7 +74,8 @@ def build_forward_batch(batch: ScheduledBatch, block_size: int) -> ForwardBatch:
         tables[b, : len(s.block_table)] = s.block_table
     seq_of_token = np.repeat(np.arange(len(seqs)), q_lens)  # (T,)
     slots = tables[seq_of_token, positions // block_size] * block_size + positions % block_size  # (T,)
-    sampling = [b for b, s in enumerate(seqs) if s.sample] or [len(seqs) - 1]
+    sampling = [b for b, s in enumerate(seqs) if s.sample]
+    rows = [np.arange(ends[b] - 1 - len(draft_of(seqs[b])), ends[b]) for b in sampling] or [ends[-1:] - 1]
     return ForwardBatch(
         token_ids=token_ids,
         positions=positions,
@@ -80,7 +83,7 @@ def build_forward_batch(batch: ScheduledBatch, block_size: int) -> ForwardBatch:
         block_tables=tables,
         ctx_lens=(starts + q_lens).astype(np.int32),
         q_lens=q_lens,
-        logits_rows=(ends[sampling] - 1).astype(np.int32),
+        logits_rows=np.concatenate(rows).astype(np.int32),
         block_size=block_size,
     )
 
@@ -94,15 +97,21 @@ class ModelRunner:
         self.block_size = block_size
         self.cache = model.make_cache(num_blocks, block_size)  # list of (k, v), one pair per layer
         self.sampler = Sampler(backend)
+        self.verifier = Verifier(backend, self.sampler)
 
-    def execute(self, batch: ScheduledBatch) -> tuple[dict[Request, int], dict[Request, TokenLogprob]]:
-        """Run the model on the batch and sample; returns ({sequence: token}, {sequence: logprobs}) for the
-        sequences that sample this step."""
+    def execute(
+        self, batch: ScheduledBatch
+    ) -> tuple[dict[Request, list[int]], dict[Request, list[TokenLogprob]]]:
+        """Run the model on the batch and sample; returns ({sequence: new tokens}, {sequence: logprobs}) for
+        the sequences that sample this step: one token each, or the accepted drafts plus one when speculating."""
         forward = build_forward_batch(batch, self.block_size)
         logits = self.model(forward, self.cache)  # (R, V)
-        sampling = [s.request for s in batch.seqs if s.sample]
+        sampling = [s for s in batch.seqs if s.sample]
         if not sampling:
             return {}, {}
-        ids, logprobs = self.sampler.sample(logits, sampling)
-        tokens = dict(zip(sampling, ids, strict=True))
-        return tokens, {r: lp for r, lp in zip(sampling, logprobs, strict=True) if lp is not None}
+        if any(s.draft is not None for s in sampling):
+            return self.verifier.verify(logits, sampling)
+        requests = [s.request for s in sampling]
+        ids, logprobs = self.sampler.sample(logits, requests)
+        tokens = {r: [t] for r, t in zip(requests, ids, strict=True)}
+        return tokens, {r: [lp] for r, lp in zip(requests, logprobs, strict=True) if lp is not None}

@@ -1,17 +1,21 @@
 """Turning logits into tokens: host-side logits processors (numpy), the call into `Backend.sample`, logprobs,
 and stop-string matching on the detokenized text.
 
-Order per token (as llama.cpp): logit_bias, repetition penalty, frequency/presence penalties, then the
-backend's temperature / top-k / top-p / min-p sampler with a uniform draw from the request's own seeded RNG.
+Order per token (as llama.cpp): logit_bias, repetition penalty, frequency/presence penalties, the constraint
+mask (last, so nothing can lift it), then the backend's temperature / top-k / top-p / min-p sampler with a
+uniform draw from the request's own seeded RNG. Only rows that need host work are downloaded; the others are
+sampled on the device as they are.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import fields
 
 import numpy as np
 
 from blazr.backends.base import Array, Backend, SampleParams
+from blazr.engine.constraints import MASKED_LOGIT
 from blazr.engine.request import Request, SamplingParams, TokenLogprob
 
 # ---- logits processors (in place on one float32 row) ---------------------------------------------------
@@ -57,6 +61,11 @@ def needs_processing(params: SamplingParams) -> bool:
     )
 
 
+def needs_host(request: Request) -> bool:
+    """Whether this sequence's logits row must come to the host: processors, logprobs or a constraint."""
+    return request.matcher is not None or needs_processing(request.params)
+
+
 def process_logits(logits: np.ndarray, request: Request) -> np.ndarray:
     """logits (V,) -> a processed float32 copy for this request's next token."""
     out = np.array(logits, dtype=np.float32)  # (V,)
@@ -64,6 +73,8 @@ def process_logits(logits: np.ndarray, request: Request) -> np.ndarray:
     apply_logit_bias(out, p.logit_bias)
     apply_repeat_penalty(out, request.all_ids, p.repeat_penalty, p.repeat_last_n)
     apply_frequency_presence(out, request.output_ids, p.frequency_penalty, p.presence_penalty)
+    if request.matcher is not None:
+        request.matcher.apply(out, request.output_ids)
     return out
 
 
@@ -102,8 +113,14 @@ def build_sample_params(requests: list[Request]) -> SampleParams:
     )
 
 
+def select_params(params: SampleParams, rows: list[int]) -> SampleParams:
+    """The sampling knobs of the given rows only."""
+    return SampleParams(**{f.name: getattr(params, f.name)[rows] for f in fields(SampleParams)})
+
+
 class Sampler:
-    """Samples one token per logits row. Logits stay on the device unless processors or logprobs need them."""
+    """Samples one token per logits row. Rows stay on the device unless processors, logprobs or a constraint
+    need them on the host; those rows alone are downloaded."""
 
     def __init__(self, backend: Backend):
         self.backend = backend
@@ -111,17 +128,35 @@ class Sampler:
     def sample(self, logits: Array, requests: list[Request]) -> tuple[list[int], list[TokenLogprob | None]]:
         """logits (R, V) with row i for requests[i] -> (token ids, per-row logprobs or None)."""
         params = build_sample_params(requests)
-        if not any(needs_processing(r.params) for r in requests):
+        host = [i for i, r in enumerate(requests) if needs_host(r)]
+        if not host:
             ids = self.backend.download(self.backend.sample(logits, params))  # (R,)
             return [int(t) for t in ids], [None] * len(requests)
-        host = self.backend.download(logits)  # (R, V)
-        rows = np.stack([process_logits(host[i], r) for i, r in enumerate(requests)])  # (R, V)
-        ids = self.backend.download(self.backend.sample(self.backend.upload(rows, dtype="f32"), params))
-        logprobs = [
-            token_logprobs(rows[i], int(ids[i]), r.params.logprobs) if r.params.logprobs is not None else None
-            for i, r in enumerate(requests)
-        ]
+        ids = np.zeros(len(requests), dtype=np.int64)  # (R,)
+        device = sorted(set(range(len(requests))) - set(host))
+        if device:
+            picked = self.backend.sample(
+                self._rows(logits, device, len(requests)), select_params(params, device)
+            )
+            ids[device] = self.backend.download(picked)
+        logprobs: list[TokenLogprob | None] = [None] * len(requests)
+        host_logits = self.backend.download(self._rows(logits, host, len(requests)))  # (H, V)
+        rows = np.stack([process_logits(host_logits[j], requests[i]) for j, i in enumerate(host)])  # (H, V)
+        picked = self.backend.sample(self.backend.upload(rows, dtype="f32"), select_params(params, host))
+        for j, (i, token) in enumerate(zip(host, self.backend.download(picked), strict=True)):
+            request = requests[i]
+            if request.matcher is not None and rows[j][token] <= MASKED_LOGIT:
+                token = int(np.argmax(rows[j]))  # float rounding picked a masked token: take the best allowed
+            ids[i] = token
+            if request.params.logprobs is not None:
+                logprobs[i] = token_logprobs(rows[j], int(token), request.params.logprobs)
         return [int(t) for t in ids], logprobs
+
+    def _rows(self, logits: Array, rows: list[int], total: int) -> Array:
+        """logits (R, V) -> (len(rows), V), gathered on the device (embed is a row gather)."""
+        if len(rows) == total:
+            return logits
+        return self.backend.embed(logits, self.backend.upload(np.asarray(rows, dtype=np.int32)))
 
 
 # ---- stop strings ----------------------------------------------------------------------------------------

@@ -8,6 +8,9 @@ is recomputed later (its prompt and generated tokens are prefilled again, often 
 The split follows vLLM: `schedule()` says which tokens of which sequences run, the runner executes it, and
 `update()` applies the sampled tokens, finishing sequences on EOS / stop ids / max_tokens / the context limit.
 Finished and aborted sequences give their KV blocks back at once; new requests join between steps.
+
+With a drafter (speculative decoding), decoding sequences also run draft tokens with the budget and free blocks
+left after normal scheduling; `update()` keeps the accepted ones and frees the blocks of the rest.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass, field
 from blazr.engine.kv_cache import KVCacheManager, OutOfBlocksError
 from blazr.engine.prefix_cache import extend_block_keys
 from blazr.engine.request import FinishReason, Request, RequestStatus
+from blazr.engine.spec.draft import Draft, Drafter, may_speculate
 from blazr.errors import BlazrError
 
 
@@ -35,6 +39,7 @@ class ScheduledSeq:
     token_ids: list[int]
     block_table: list[int]  # covers start + len(token_ids) tokens
     sample: bool  # whether this step samples the next token (false for a non-final prefill chunk)
+    draft: Draft | None = None  # speculative tokens, the tail of token_ids; every one of them is verified
 
 
 @dataclass
@@ -60,6 +65,7 @@ class Scheduler:
         prefill_chunk: int | None = None,
         max_num_batched_tokens: int = 512,
         max_waiting: int | None = None,
+        drafter: Drafter | None = None,
     ):
         self.kv = kv
         self.num_ctx = num_ctx  # prompt + generated tokens of one sequence never exceed this
@@ -68,6 +74,7 @@ class Scheduler:
         self.prefill_chunk = prefill_chunk  # max tokens of one sequence per step; None: the budget
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_waiting = max_waiting  # None: unbounded
+        self.drafter = drafter  # None: no speculative decoding
         self.waiting: deque[Request] = deque()  # preempted ones go to the front
         self.running: list[Request] = []  # in arrival order
         self.num_preemptions = 0
@@ -101,6 +108,8 @@ class Scheduler:
         elif request in self.waiting:
             self.waiting.remove(request)
         self.kv.free(request)
+        if self.drafter is not None:
+            self.drafter.release(request)
 
     def abort(self, request_id: str) -> list[Request]:
         """Abort every unfinished choice of a request; returns them (empty when unknown or finished)."""
@@ -116,7 +125,9 @@ class Scheduler:
         batch = ScheduledBatch([])
         budget = self._schedule_running(batch, self.max_num_batched_tokens)
         if not batch.preempted:  # after a preemption the pool is tight: no one new joins this step
-            self._schedule_waiting(batch, budget)
+            budget = self._schedule_waiting(batch, budget)
+        if self.drafter is not None and budget > 0:
+            self._schedule_drafts(batch, budget)
         if batch.seqs:
             return batch
         if self.waiting and not self.running:  # an empty pool that cannot take the oldest waiting one
@@ -141,10 +152,10 @@ class Scheduler:
                 budget -= n
         return budget
 
-    def _schedule_waiting(self, batch: ScheduledBatch, budget: int) -> None:
+    def _schedule_waiting(self, batch: ScheduledBatch, budget: int) -> int:
         for request in list(self.waiting):
             if budget == 0 or len(self.running) >= self.max_seqs:
-                return
+                return budget
             if request.waits_for_leader:
                 continue
             self._match_prefix(request)
@@ -152,12 +163,51 @@ class Scheduler:
             if not self.kv.can_allocate(request, request.num_computed + n):
                 self.kv.free(request)  # the shared prefix blocks it just took
                 request.num_computed = 0
-                return
+                return budget
             self.waiting.remove(request)
             request.status = RequestStatus.RUNNING
             bisect.insort(self.running, request, key=lambda r: r.arrival)
             batch.seqs.append(self._take(request, n))
             budget -= n
+        return budget
+
+    def _schedule_drafts(self, batch: ScheduledBatch, budget: int) -> None:
+        """Give decoding sequences draft tokens, within the budget and the free blocks left (never preempting).
+        Blocks are held for the longest draft allowed, then trimmed to the draft the drafter proposes."""
+        chosen: list[tuple[ScheduledSeq, int]] = []
+        for seq in batch.seqs:
+            room = min(self._draft_room(seq), budget)
+            while room > 0 and not self.kv.can_allocate(seq.request, seq.start + 1 + room):
+                room -= 1
+            if room > 0:
+                self.kv.allocate(seq.request, seq.start + 1 + room)
+                chosen.append((seq, room))
+                budget -= room
+        if not chosen:
+            return
+        drafts = self.drafter.propose([s.request for s, _ in chosen], [room for _, room in chosen])
+        for (seq, room), draft in zip(chosen, drafts, strict=True):
+            draft.token_ids = draft.token_ids[:room]
+            self.kv.truncate(seq.request, seq.start + 1 + len(draft.token_ids))
+            seq.block_table = list(self.kv.block_table(seq.request))
+            if draft.token_ids:
+                seq.token_ids = seq.token_ids + draft.token_ids
+                seq.draft = draft
+
+    def _draft_room(self, seq: ScheduledSeq) -> int:
+        """How many draft tokens a scheduled sequence may take: 0 unless it decodes its last token; then
+        bounded by num_speculative_tokens, max_tokens, num_ctx and prefill_chunk."""
+        request = seq.request
+        if not seq.sample or seq.start + len(seq.token_ids) != request.num_tokens or len(seq.token_ids) != 1:
+            return 0
+        if not may_speculate(request):
+            return 0
+        room = min(
+            self.drafter.num_tokens,
+            request.params.max_tokens - len(request.output_ids) - 1,  # the verified step adds one more
+            self.num_ctx - request.num_tokens,
+        )
+        return min(room, self.prefill_chunk - 1) if self.prefill_chunk else room
 
     def _chunk(self, request: Request, budget: int) -> int:
         """Tokens of this sequence to run now: all it has not computed, within the budget and chunk size."""
@@ -182,6 +232,8 @@ class Scheduler:
         """Free the sequence's blocks and queue it first for recomputation; its tokens so far are kept."""
         self.running.remove(request)
         self.kv.free(request)
+        if self.drafter is not None:
+            self.drafter.release(request)
         request.status = RequestStatus.WAITING
         request.num_computed = 0
         request.num_preemptions += 1
@@ -190,23 +242,50 @@ class Scheduler:
 
     # ---- update ------------------------------------------------------------------------------------------
 
-    def update(self, batch: ScheduledBatch, sampled: dict[Request, int]) -> list[Request]:
-        """Apply one step's result ({sequence: new token}); returns the sequences that got a token."""
+    def update(self, batch: ScheduledBatch, sampled: dict[Request, int | list[int]]) -> list[Request]:
+        """Apply one step's result ({sequence: new token, or the accepted drafts plus one for a speculating
+        sequence}); returns the sequences that got tokens."""
         advanced = []
         for seq in batch.seqs:
             request = seq.request
             if request.finished:
                 continue  # aborted while the step ran
+            if seq.draft is not None:
+                self._update_speculative(seq, sampled[request])
+                advanced.append(request)
+                continue
             request.num_computed += len(seq.token_ids)
-            full = request.num_computed // self.kv.block_size
-            keys = extend_block_keys(request.block_keys, request.all_ids, self.kv.block_size, full)
-            self.kv.commit(request, keys, request.num_computed)
+            self._commit(request)
             if not seq.sample:
                 continue
-            request.output_ids.append(sampled[request])
+            token = sampled[request]
+            request.output_ids.append(token if isinstance(token, int) else token[0])
             self._check_token_stop(request)
             advanced.append(request)
         return advanced
+
+    def _update_speculative(self, seq: ScheduledSeq, tokens: list[int]) -> None:
+        """Keep the accepted drafts (tokens[:-1]) and the token after them; the KV of rejected drafts is
+        dropped by rolling the computed length back and freeing the blocks past it."""
+        request = seq.request
+        accepted = len(tokens) - 1
+        if tokens[:accepted] != seq.draft.token_ids[:accepted]:
+            raise RuntimeError(f"verification of {request.request_id!r} kept tokens that were not drafted")
+        self.drafter.stats.record(len(seq.draft.token_ids), accepted)
+        request.num_computed += 1 + accepted  # the last accepted token's KV, then each accepted draft's
+        for token in tokens:
+            request.output_ids.append(token)
+            self._check_token_stop(request)
+            if request.finished:
+                return  # finish() freed the blocks; later tokens are dropped as plain decoding would
+        self._commit(request)
+        self.kv.truncate(request, request.num_computed)
+
+    def _commit(self, request: Request) -> None:
+        """Index the sequence's full, computed blocks in the prefix cache."""
+        full = request.num_computed // self.kv.block_size
+        keys = extend_block_keys(request.block_keys, request.all_ids, self.kv.block_size, full)
+        self.kv.commit(request, keys, request.num_computed)
 
     def _check_token_stop(self, request: Request) -> None:
         """EOS (unless ignore_eos) and stop_token_ids end with "stop"; max_tokens and num_ctx, "length"."""

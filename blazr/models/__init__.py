@@ -64,5 +64,9 @@ def build_model(ckpt, backend, dtype: str | None = None):
     module = get_model_module(ckpt.config, ckpt.gguf_metadata)
     model = module.Model(module.ModelArgs.from_dict(ckpt.config), backend, dtype)
     check_supports(backend, model.required_ops())
-    model.load_weights(model.sanitize(dict(ckpt.tensors)), source=ckpt.path)
+    weights = model.sanitize(dict(ckpt.tensors))
+    fits = getattr(backend, "check_model_fits", None)
+    if fits is not None:  # a backend that knows its memory refuses a model too big before any upload
+        fits(weights, dtype)
+    model.load_weights(weights, source=ckpt.path)
     return model

@@ -1,8 +1,8 @@
-"""Fast CPU quantized matmul with numba: packed GGML rows are decoded in registers/L1, never stored whole.
+"""Fast CPU quantized matmul with numba: packed GGML rows are decoded in L1/L2, never stored whole.
 
 Decode (few tokens): each thread takes a range of weight rows, decodes one row at a time into an L1 scratch
 row and dots it with every activation row, so the weights are read from memory once per call.
-Prefill (many tokens): a tile of rows is decoded to float32 in parallel, then multiplied by BLAS sgemm, which
+Prefill (many tokens): an L2-sized tile of rows is decoded to float32 in parallel, then multiplied by BLAS sgemm, which
 is far faster than any dot-product loop once a decoded row is reused by many tokens.
 Importing this module imports numba; the CPU backend falls back to blazr.quant.reference_matmul without it.
 """
@@ -16,31 +16,48 @@ from blazr.quant import QuantRowStack, QuantWeight
 from blazr.quant.cpu_blocks import F16_TABLE, TYPE_CODES, decode_row
 
 FORMATS: tuple[str, ...] = tuple(TYPE_CODES)
-# Above this many tokens the decoded tile + sgemm path wins (measured on a 2-core AVX-512 machine).
-GEMM_MIN_TOKENS = 8
-_TILE_ELEMS = 1 << 21  # float32 values per decoded tile (8 MB): big enough for sgemm to run near peak
+# From this many tokens the decoded tile + sgemm path wins: CPU time per call on a 2-core AVX-512 machine,
+# (2048, 2048) Q4_0/Q4_K/Q8_0 weights, crossed over between 8 and 16 tokens (docs/performance.md).
+GEMM_MIN_TOKENS = 12
+_TILE_ELEMS = 1 << 18  # float32 values per decoded tile (1 MB): stays in L2 between decode and sgemm
 
 
-@njit(parallel=True, cache=True, fastmath=True)
-def _matmul_rows(x, blocks, code, f16, out, rows_per_task):
-    """out (T, N) = x (T, K) @ decode(blocks (N, row_bytes)).T, one decoded row at a time."""
-    n, t_len, k = blocks.shape[0], x.shape[0], x.shape[1]
-    for task in prange((n + rows_per_task - 1) // rows_per_task):
-        scratch = np.empty(k, dtype=np.float32)  # (K,) one decoded row, stays in L1
-        for r in range(task * rows_per_task, min(n, (task + 1) * rows_per_task)):
-            decode_row(code, blocks[r], f16, scratch)
-            for t in range(t_len):
-                acc = np.float32(0.0)
-                for i in range(k):
-                    acc += scratch[i] * x[t, i]
-                out[t, r] = acc
+@njit(cache=True, fastmath=True)
+def _dot_span(code, blocks, f16, x, out, start, stop):
+    """out[:, start:stop] = x (T, K) @ decode(blocks[start:stop]).T, one decoded row at a time.
+    A serial function of its own: fastmath (a vectorised reduction) is not applied inside a prange body."""
+    k = x.shape[1]
+    scratch = np.empty(k, dtype=np.float32)  # (K,) one decoded row, stays in L1
+    for r in range(start, stop):
+        decode_row(code, blocks[r], f16, scratch)
+        for t in range(x.shape[0]):
+            xt = x[t]  # (K,)
+            acc = np.float32(0.0)
+            for i in range(k):
+                acc += scratch[i] * xt[i]
+            out[t, r] = acc
+
+
+@njit(cache=True)
+def _decode_span(code, blocks, f16, out, start, stop):
+    for r in range(start, stop):
+        decode_row(code, blocks[r], f16, out[r])
 
 
 @njit(parallel=True, cache=True)
-def _decode_rows(blocks, code, f16, out):
+def _matmul_rows(x, blocks, code, f16, out, rows_per_task):
+    """out (T, N) = x (T, K) @ decode(blocks (N, row_bytes)).T; one parallel region per call."""
+    n = blocks.shape[0]
+    for task in prange((n + rows_per_task - 1) // rows_per_task):
+        _dot_span(code, blocks, f16, x, out, task * rows_per_task, min(n, (task + 1) * rows_per_task))
+
+
+@njit(parallel=True, cache=True)
+def _decode_rows(blocks, code, f16, out, rows_per_task):
     """out (n, K) float32 = every packed row of blocks (n, row_bytes) decoded."""
-    for r in prange(blocks.shape[0]):
-        decode_row(code, blocks[r], f16, out[r])
+    n = blocks.shape[0]
+    for task in prange((n + rows_per_task - 1) // rows_per_task):
+        _decode_span(code, blocks, f16, out, task * rows_per_task, min(n, (task + 1) * rows_per_task))
 
 
 def _rows_per_task(n: int) -> int:
@@ -51,7 +68,7 @@ def _rows_per_task(n: int) -> int:
 def dequantize(w: QuantWeight) -> np.ndarray:
     """All rows of `w` decoded to float32 (N, K)."""
     out = np.empty(w.shape, dtype=np.float32)  # (N, K)
-    _decode_rows(w.blocks, TYPE_CODES[w.format], F16_TABLE, out)
+    _decode_rows(w.blocks, TYPE_CODES[w.format], F16_TABLE, out, _rows_per_task(len(out)))
     return out
 
 
@@ -70,7 +87,9 @@ def matmul(x: np.ndarray, w: QuantWeight | QuantRowStack) -> np.ndarray:
     tile = np.empty((tile_rows, k), dtype=np.float32)  # (tile_rows, K) reused for every tile
     for start in range(0, n, tile_rows):
         stop = min(n, start + tile_rows)
-        _decode_rows(w.blocks[start:stop], code, F16_TABLE, tile[: stop - start])
+        # Serial decode: a numba parallel region between two multithreaded sgemm calls makes the two thread
+        # pools spin against each other on every tile (measured 100x slower); the sgemm is the costly part.
+        _decode_span(code, w.blocks[start:stop], F16_TABLE, tile, 0, stop - start)
         np.matmul(x, tile[: stop - start].T, out=out[:, start:stop])
     return out
 
@@ -79,5 +98,5 @@ def embed(w: QuantWeight, ids: np.ndarray) -> np.ndarray:
     """Rows `ids` (T,) of the dequantized table -> (T, K) float32."""
     rows = np.ascontiguousarray(w.blocks[np.asarray(ids)])  # (T, row_bytes)
     out = np.empty((len(rows), w.shape[1]), dtype=np.float32)  # (T, K)
-    _decode_rows(rows, TYPE_CODES[w.format], F16_TABLE, out)
+    _decode_rows(rows, TYPE_CODES[w.format], F16_TABLE, out, _rows_per_task(len(out)))
     return out

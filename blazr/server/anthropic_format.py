@@ -131,18 +131,26 @@ def _tool_result(block: dict, where: str, tool_names: dict[str, str]) -> dict:
 
 
 def openai_tools(tools: list | None, tool_choice: Any) -> list[dict] | None:
-    """Anthropic tool definitions -> OpenAI function tools for the template; tool_choice "none" offers none.
-    "any" and {"type": "tool"} would need constrained decoding to honour, so they are refused, not faked."""
+    """Anthropic tool definitions -> OpenAI function tools for the template; tool_choice "none" offers none
+    ("any" and {"type": "tool"} are forced by the route with a constraint, see forced_tool)."""
     choice = _choice_type(tool_choice)
-    if choice in ("any", "tool"):
-        raise _bad(
-            "tool_choice",
-            f'{{"type": "{choice}"}} forces a tool call, which needs constrained decoding that this server '
-            'does not do yet; use {"type": "auto"} (the model decides) or {"type": "none"}',
-        )
     if not tools or choice == "none":
         return None
     return [_openai_tool(tool, f"tools[{i}]") for i, tool in enumerate(tools)]
+
+
+def forced_tool(tool_choice: Any) -> tuple[bool, str | None]:
+    """tool_choice -> (a call is forced, the tool's name or None for any): {"type": "any"} or
+    {"type": "tool", "name": ...}."""
+    choice = _choice_type(tool_choice)
+    if choice == "any":
+        return True, None
+    if choice != "tool":
+        return False, None
+    name = tool_choice.get("name")
+    if not isinstance(name, str) or not name:
+        raise _bad("tool_choice", '{"type": "tool"} needs the "name" of the tool to call')
+    return True, name
 
 
 def _choice_type(tool_choice: Any) -> str:

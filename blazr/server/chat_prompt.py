@@ -88,7 +88,7 @@ def _check_tool_calls(calls: Any, param: str) -> None:
     for i, call in enumerate(calls):
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise _bad(f"{param}[{i}]", f"'{param}[{i}]' must be {{\"function\": {{\"name\": str, ...}}}}")
+            raise _bad(f"{param}[{i}]", f'\'{param}[{i}]\' must be {{"function": {{"name": str, ...}}}}')
         if not isinstance(function.get("arguments", ""), (str, dict)):
             raise _bad(
                 f"{param}[{i}].function.arguments", f"'{param}[{i}].function.arguments' must be a JSON string"
@@ -116,15 +116,12 @@ def parse_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
 
 
 def tool_choice_mode(body: dict[str, Any]) -> str:
+    """ "auto", "none", "required" or "function" (a named function; structured_output forces the call)."""
     choice = body.get("tool_choice")
-    if choice is None or choice in ("auto", "none"):
+    if choice is None or choice in ("auto", "none", "required"):
         return choice or "auto"
-    if choice == "required" or isinstance(choice, dict):
-        raise _bad(
-            "tool_choice",
-            "'tool_choice' 'required' or a named function needs constrained decoding, which this server "
-            "does not do yet; use 'auto' (the model decides) or 'none'",
-        )
+    if isinstance(choice, dict):
+        return "function"
     raise _bad(
         "tool_choice", f"'tool_choice' must be 'none', 'auto', 'required' or an object, got {choice!r}"
     )

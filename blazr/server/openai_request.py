@@ -1,6 +1,6 @@
 """OpenAI request fields shared by the chat, completions and responses routes: stream flags, n, logprobs,
-the features this server refuses rather than fakes (response_format JSON modes, grammar), the model lookup,
-and merging the streams of n choices."""
+the model lookup, and merging the streams of n choices. Output constraints (response_format, grammar, forced
+tool calls) are read by structured_output.py."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from blazr.server.protocol import get_bool, get_dict, get_int, get_str, sampling
 from blazr.server.state import LoadedModel, current_state
 
 MAX_CHOICES = 16  # n per prompt; each choice is a full generation
-CONSTRAINED_DECODING = "constrained decoding, which this server does not do yet"
 
 
 async def load_model(body: dict[str, Any]) -> LoadedModel:
@@ -56,27 +55,6 @@ def stream_flags(body: dict[str, Any]) -> tuple[bool, bool]:
 
 def choice_count(body: dict[str, Any]) -> int:
     return get_int(body, "n", default=1, min=1, max=MAX_CHOICES)
-
-
-def reject_unsupported(body: dict[str, Any], format_param: str = "response_format") -> None:
-    """400 for output constraints this server cannot honour yet (instead of silently ignoring them)."""
-    fmt = body.get(format_param)
-    if fmt is not None:
-        kind = fmt.get("type") if isinstance(fmt, dict) else None
-        if kind not in ("text", "json_object", "json_schema"):
-            raise ApiError(
-                400,
-                f"'{format_param}.type' must be 'text', 'json_object' or 'json_schema'",
-                param=format_param,
-            )
-        if kind != "text":
-            raise ApiError(
-                400,
-                f"'{format_param}' type '{kind}' needs {CONSTRAINED_DECODING}; use 'text'",
-                param=format_param,
-            )
-    if body.get("grammar"):
-        raise ApiError(400, f"'grammar' needs {CONSTRAINED_DECODING}", param="grammar")
 
 
 def chat_logprobs_setting(body: dict[str, Any]) -> int | None:

@@ -144,6 +144,7 @@ CHAT_RESPONSE = {
                             "role": {"const": "assistant"},
                             "content": _NULLABLE_STR,
                             "reasoning_content": _STR,
+                            "reasoning": _STR,
                             "tool_calls": {"type": "array", "items": _TOOL_CALL},
                         },
                     },

@@ -162,9 +162,9 @@ def sampling_params(
     clamped to the context by generation.py."""
     repeat = get_float(body, "repeat_penalty")
     repeat = repeat if repeat is not None else get_float(body, "repetition_penalty")
-    if repeat is not None and repeat <= 0:
+    if repeat is not None and not 0.01 <= repeat <= 100.0:
         name = "repeat_penalty" if "repeat_penalty" in body else "repetition_penalty"
-        raise _bad(name, f"must be > 0, got {repeat}")
+        raise _bad(name, f"must be in [0.01, 100], got {repeat}")
     return SamplingParams(
         max_tokens=_max_tokens(body, max_tokens_keys, default_max_tokens),
         temperature=get_float(body, "temperature", default=1.0, min=0.0, max=2.0),

@@ -108,9 +108,12 @@ def test_tools_and_tool_choice():
     }
     assert fmt.openai_tools(tools, {"type": "none"}) is None
     assert fmt.openai_tools(None, {"type": "auto"}) is None
-    for bad in ({"type": "tool", "name": "a"}, {"type": "any"}, {"type": "sometimes"}):
+    assert fmt.forced_tool({"type": "any"}) == (True, None)
+    assert fmt.forced_tool({"type": "tool", "name": "a"}) == (True, "a")
+    assert fmt.forced_tool({"type": "auto"}) == (False, None)
+    for bad in ({"type": "tool"}, {"type": "sometimes"}):
         with pytest.raises(ApiError) as info:
-            fmt.openai_tools(tools, bad)
+            fmt.forced_tool(bad)
         assert info.value.param == "tool_choice"
     with pytest.raises(ApiError, match="web_search"):
         fmt.openai_tools([{"type": "web_search_20250305", "name": "web_search"}], None)

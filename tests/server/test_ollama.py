@@ -210,7 +210,7 @@ async def test_load_and_unload_idiom(make_app, tiny_model_dir):
     "path, body, status",
     [
         ("/api/chat", {"messages": HI, "keep_alive": "soon"}, 400),
-        ("/api/chat", {"messages": HI, "format": "json"}, 400),
+        ("/api/chat", {"messages": HI, "format": "yaml"}, 400),
         ("/api/chat", {"messages": HI, "options": {"temperature": "hot"}}, 400),
         ("/api/chat", {"model": "nope", "messages": HI}, 404),
         ("/api/generate", {"prompt": "x", "template": "{{ .Prompt }}"}, 400),

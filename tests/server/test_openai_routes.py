@@ -175,9 +175,25 @@ BAD_CHAT = [
     ({"messages": HI, "logit_bias": {"abc": 1}}, "logit_bias"),
     ({"messages": HI, "logit_bias": {"99999": 1}}, "logit_bias"),
     ({"messages": HI, "stop": 5}, "stop"),
-    ({"messages": HI, "response_format": {"type": "json_object"}}, "response_format"),
-    ({"messages": HI, "response_format": {"type": "json_schema", "json_schema": {}}}, "response_format"),
-    ({"messages": HI, "tools": [WEATHER_TOOL], "tool_choice": "required"}, "tool_choice"),
+    ({"messages": HI, "response_format": {"type": "xml"}}, "response_format"),
+    (
+        {
+            "messages": HI,
+            "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "x"}}},
+        },
+        "response_format",
+    ),
+    ({"messages": HI, "grammar": "root ::= missing_rule"}, "grammar"),
+    ({"messages": HI, "grammar": "root ::= [a-z]+", "guided_regex": "[0-9]+"}, "guided_regex"),
+    ({"messages": HI, "tool_choice": "required"}, "tool_choice"),
+    (
+        {
+            "messages": HI,
+            "tools": [WEATHER_TOOL],
+            "tool_choice": {"type": "function", "function": {"name": "x"}},
+        },
+        "tool_choice",
+    ),
     ({"messages": HI, "tools": [{"type": "function", "function": {}}]}, "tools[0].function.name"),
     ({"messages": HI, "stream": True, "stream_options": {"include_usage": "yes"}}, "stream_options"),
 ]
@@ -405,7 +421,7 @@ async def test_responses_tool_call_round_trip_items(tool_client):
 BAD_RESPONSES = [
     ({}, "input"),
     ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id"),
-    ({"input": "x", "text": {"format": {"type": "json_schema"}}}, "format"),
+    ({"input": "x", "text": {"format": {"type": "xml"}}}, "text.format"),
     ({"input": "x", "tools": [{"type": "web_search"}]}, "tools[0]"),
     ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, "input[0].content[0]"),
 ]

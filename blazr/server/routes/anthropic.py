@@ -20,6 +20,7 @@ from blazr.server.protocol import get_bool, get_int, get_list, read_json, sampli
 from blazr.server.reply_parser import ReplyParser, parse_reply
 from blazr.server.sse import sse_response
 from blazr.server.state import LoadedModel
+from blazr.server.structured_output import tool_call_constraint
 
 bp = Blueprint("anthropic", __name__)
 log = logging.getLogger("blazr.server")
@@ -71,11 +72,11 @@ _COMMON = {
     "messages": _MESSAGES,
     "system": {"anyOf": [{"type": "string"}, {"type": "array", "items": _TEXT_BLOCK}]},
     "tools": {"type": "array", "items": {"type": "object", "required": ["name"]}},
-    # "any" and "tool" force a call, which needs constrained decoding: refused with 400
+    # "any" and "tool" force a call (constrained decoding of {"name", "arguments"})
     "tool_choice": {
         "type": "object",
         "required": ["type"],
-        "properties": {"type": {"enum": ["auto", "none"]}},
+        "properties": {"type": {"enum": ["auto", "any", "tool", "none"]}, "name": {"type": "string"}},
     },
     "thinking": {
         "type": "object",
@@ -139,6 +140,10 @@ async def messages():
     params = sampling_params(
         fmt.sampling_body(body), vocab_size=model.vocab_size, max_tokens_keys=("max_tokens",)
     )
+    forced, name = fmt.forced_tool(body.get("tool_choice"))
+    if forced:  # the reply becomes one {"name", "arguments"} call of the tool, parsed into a tool_use block
+        tools = fmt.openai_tools(get_list(body, "tools"), body.get("tool_choice"))
+        params.constraint = tool_call_constraint(tools, name, "tool_choice")
     msg_id = fmt.message_id()
     if stream:
         deltas = await open_stream(model, prompt.ids, params, ROUTE)

@@ -31,7 +31,6 @@ from blazr.server.openai_request import (
     merge_streams,
     open_choices,
     prompt_param,
-    reject_unsupported,
     request_params,
     stream_flags,
 )
@@ -40,7 +39,8 @@ from blazr.server.protocol import get_list, read_json
 from blazr.server.reasoning import REASONING_FIELD
 from blazr.server.reply_parser import parse_reply
 from blazr.server.sse import SSE_DONE, sse_event, sse_response
-from blazr.server.state import LoadedModel
+from blazr.server.state import LoadedModel, current_state
+from blazr.server.structured_output import chat_constraint
 
 bp = Blueprint("chat", __name__)
 log = logging.getLogger("blazr.server")
@@ -57,6 +57,7 @@ class ChatRun:
     n: int
     include_usage: bool
     logprobs: bool
+    reasoning_field: str = REASONING_FIELD  # server.reasoning_field: "reasoning_content" or "reasoning"
     response_id: str = field(default_factory=lambda: new_id("chatcmpl-"))
     created: int = field(default_factory=unix_now)
 
@@ -68,15 +69,17 @@ async def chat_completions():
     body = await read_json()
     messages = parse_messages(get_list(body, "messages", required=True))
     tools = parse_tools(body)
-    reject_unsupported(body)
+    constraint = chat_constraint(body, tools)
     stream, include_usage = stream_flags(body)
     n = choice_count(body)
     top_logprobs = chat_logprobs_setting(body)
     model = await load_model(body)
     params = request_params(body, model, MAX_TOKENS_KEYS)
     params.logprobs = top_logprobs
+    params.constraint = constraint
     prompt = build_chat_prompt(model.llm, messages, tools)
-    run = ChatRun(model, prompt, n, include_usage, top_logprobs is not None)
+    field_name = current_state().settings.server.reasoning_field
+    run = ChatRun(model, prompt, n, include_usage, top_logprobs is not None, field_name)
     with prompt_param("messages"):
         if stream:
             streams = await open_choices(model, [prompt.ids], params, n, ROUTE)
@@ -95,7 +98,7 @@ def _chat_body(run: ChatRun, deltas: list[Delta]) -> dict:
     for index, delta in enumerate(deltas):
         reply = parse_reply(delta.text, run.prompt.options)
         reasoning_tokens += _reasoning_tokens(tokenizer, reply.reasoning)
-        message = chat_message(reply.content, reply.calls, reply.reasoning, REASONING_FIELD)
+        message = chat_message(reply.content, reply.calls, reply.reasoning, run.reasoning_field)
         logprobs = chat_logprobs(tokenizer, delta.logprobs or []) if run.logprobs else None
         finish = finish_reason_for(delta.finish_reason, bool(reply.calls))
         choices.append(chat_choice(index, message, finish, logprobs))
@@ -109,7 +112,8 @@ async def _chat_events(run: ChatRun, streams: list[AsyncIterator[Delta]]) -> Asy
     tokenizer = run.model.llm.tokenizer
     usage_field = None if run.include_usage else False
     choices = [
-        ChoiceStream(i, run.prompt.options, tokenizer, REASONING_FIELD, run.logprobs) for i in range(run.n)
+        ChoiceStream(i, run.prompt.options, tokenizer, run.reasoning_field, run.logprobs)
+        for i in range(run.n)
     ]
 
     def chunk(choice_list: list[dict], usage=usage_field) -> bytes:

@@ -28,7 +28,6 @@ from blazr.server.openai_request import (
     merge_streams,
     open_choices,
     prompt_param,
-    reject_unsupported,
     request_params,
     stream_flags,
 )
@@ -36,6 +35,7 @@ from blazr.server.openapi import documented
 from blazr.server.protocol import get_bool, get_int, read_json
 from blazr.server.sse import SSE_DONE, sse_event, sse_response
 from blazr.server.state import LoadedModel
+from blazr.server.structured_output import request_constraint
 
 bp = Blueprint("completions", __name__)
 log = logging.getLogger("blazr.server")
@@ -111,7 +111,7 @@ async def completions():
     """Text completion (OpenAI legacy)"""
     body = await read_json()
     raw_prompts = parse_prompts(body.get("prompt"))
-    reject_unsupported(body)
+    constraint = request_constraint(body)
     stream, include_usage = stream_flags(body)
     n = choice_count(body)
     _reject_unsupported_fields(body, n)
@@ -126,6 +126,7 @@ async def completions():
     model = await load_model(body)
     params = request_params(body, model, ("max_tokens",))
     params.logprobs = top
+    params.constraint = constraint
     tokenizer = model.llm.tokenizer
     prompts = [tokenizer.encode(p) if isinstance(p, str) else _checked_ids(p, model) for p in raw_prompts]
     run = CompletionRun(model, prompts, n, echo, top is not None, include_usage)

@@ -29,6 +29,7 @@ from blazr.server.reply_parser import ReplyOptions, ReplyParser, parse_reply
 from blazr.server.routes.infill import find_fim_tokens, infill_prompt_ids
 from blazr.server.sse import ndjson_response
 from blazr.server.state import LoadedModel, current_state
+from blazr.server.structured_output import format_constraint
 from blazr.tokenizer import load_tokenizer
 from blazr.tokenizer.chat_template import resolve_template
 
@@ -188,23 +189,18 @@ async def _start(body: dict) -> OllamaRun:
     timings = fmt.Timings()
     keep_alive = fmt.parse_keep_alive(body.get("keep_alive"))
     stream = bool(get_bool(body, "stream", default=True))
-    fmt_value = body.get("format")
-    if fmt_value not in (None, ""):
-        raise ApiError(
-            400,
-            "'format' (JSON / schema-constrained output) needs constrained decoding, which this server "
-            "does not do yet; omit it",
-            param="format",
-        )
     model = await current_state().models.get(get_str(body, "model"), keep_alive)
     timings.load_seconds = time.perf_counter() - timings.started
     return OllamaRun(model, keep_alive, stream, timings)
 
 
 def _params(body: dict, model: LoadedModel):
-    """SamplingParams: the server defaults overlaid with the request's options."""
+    """SamplingParams: the server defaults overlaid with the request's options; `format` ("json" or a JSON
+    Schema) constrains the output."""
     merged = fmt.sampling_body({"options": ollama_defaults()}) | fmt.sampling_body(body)
-    return sampling_params(merged, vocab_size=model.vocab_size, max_tokens_keys=("max_tokens",))
+    params = sampling_params(merged, vocab_size=model.vocab_size, max_tokens_keys=("max_tokens",))
+    params.constraint = format_constraint(body.get("format"))
+    return params
 
 
 async def _load_only(run: OllamaRun, line: dict) -> Response:

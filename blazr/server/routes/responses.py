@@ -12,7 +12,7 @@ from blazr.server import openai_schemas as schemas
 from blazr.server.chat_prompt import ChatPrompt, build_chat_prompt, tool_choice_mode
 from blazr.server.errors import ApiError
 from blazr.server.generation import Delta, generate_text, open_stream
-from blazr.server.openai_request import load_model, prompt_param, reject_unsupported, request_params
+from blazr.server.openai_request import load_model, prompt_param, request_params
 from blazr.server.openapi import documented
 from blazr.server.protocol import get_bool, get_dict, get_str, read_json
 from blazr.server.reply_parser import ReplyParser, parse_reply
@@ -27,6 +27,7 @@ from blazr.server.responses_format import (
 from blazr.server.responses_stream import ResponseEvents
 from blazr.server.sse import sse_response
 from blazr.server.state import LoadedModel
+from blazr.server.structured_output import chat_constraint
 
 bp = Blueprint("responses", __name__)
 log = logging.getLogger("blazr.server")
@@ -41,9 +42,6 @@ def _reject_stateful(body: dict) -> None:
             "conversation in 'input'",
             param="previous_response_id",
         )
-    text = get_dict(body, "text", default={})
-    if text.get("format") is not None:
-        reject_unsupported(text, "format")
 
 
 def _reasoning_tokens(model: LoadedModel, text: str | None) -> int:
@@ -62,12 +60,16 @@ async def responses():
     tools = chat_tools(body.get("tools"))
     tools = None if tool_choice_mode(body) == "none" else tools
     _reject_stateful(body)
-    reject_unsupported(body)
+    text_format = get_dict(body, "text", default={}).get("format")
+    constraint = chat_constraint(body, tools, "text.format", fmt=text_format, schema_inside=False)
     stream = bool(get_bool(body, "stream", default=False))
     model = await load_model(body)
     params = request_params(body, model, ("max_output_tokens",))
+    params.constraint = constraint
     prompt = build_chat_prompt(model.llm, messages, tools)
     head = response_head(model.name, instructions, params, body.get("max_output_tokens"), tools)
+    head["text"]["format"] = text_format or head["text"]["format"]  # echo what shaped the output
+    head["tool_choice"] = body.get("tool_choice") or head["tool_choice"]
     with prompt_param("input"):
         if stream:
             deltas = await open_stream(model, prompt.ids, params, ROUTE)

@@ -1,0 +1,141 @@
+"""Quantized weights on the wgpu backend: GGML blocks kept packed in device memory, multiplied and embedded by
+the shaders/matmul_<format>.wgsl kernels, which dequantize in registers (a mixin of wgpu.Backend).
+
+A host QuantWeight goes to the device once, on first use, as raw bytes (u32 words, one spare word past the
+end for unaligned reads); a weight larger than one binding is split into row blocks, each within the limit.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from blazr.backends.wgpu_array import GpuBuffer, WgpuArray
+from blazr.errors import UnsupportedError
+from blazr.quant import QuantRowStack, QuantWeight
+
+PACKED_FORMATS = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
+
+
+@dataclass
+class PackedRows:
+    """Rows start..start+rows-1 of a packed weight in one device buffer (u32 words)."""
+
+    start: int
+    rows: int
+    words: WgpuArray
+
+
+@dataclass
+class DevicePacked:
+    format: str
+    shape: tuple[int, int]  # (N, K)
+    row_bytes: int
+    parts: list[PackedRows]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.words.buf.nbytes for p in self.parts)
+
+
+class PackedOps:
+    """matmul / embed for QuantWeight and QuantRowStack weights; needs self.rt, self._run, self._rows."""
+
+    def _device_packed(self, w: QuantWeight) -> DevicePacked:
+        cache = self.__dict__.setdefault("_packed_cache", {})
+        found = cache.get(id(w))
+        if found is None:
+            if w.format not in PACKED_FORMATS:
+                raise UnsupportedError(f"device {self.name} does not support matmul on {w.format} weights")
+            found = cache[id(w)] = self._upload_packed(w)
+            weakref.finalize(w, cache.pop, id(w), None)  # the device copy lives as long as the host weight
+        return found
+
+    def _upload_packed(self, w: QuantWeight) -> DevicePacked:
+        n, row_bytes = w.blocks.shape
+        per_part = max(1, (self.rt.max_binding - 4) // row_bytes)
+        parts = []
+        for start in range(0, n, per_part):
+            rows = min(per_part, n - start)
+            parts.append(PackedRows(start, rows, self._upload_words(w.blocks[start : start + rows])))
+        return DevicePacked(w.format, w.shape, row_bytes, parts)
+
+    def _upload_words(self, blocks: np.ndarray) -> WgpuArray:
+        """Raw block bytes as u32 words in a buffer of their exact size (plus the spare word)."""
+        data = np.ascontiguousarray(blocks).reshape(-1)
+        nbytes = -(-data.nbytes // 4) * 4 + 4
+        padded = np.zeros(nbytes, dtype=np.uint8)
+        padded[: data.nbytes] = data
+        rt = self.rt
+        rt._serial += 1  # weights are not pooled: an exact-size buffer, freed with the array
+        buf = GpuBuffer(rt._new_gpu_buffer(nbytes), nbytes, rt._serial, None)
+        rt.write(buf, memoryview(padded))
+        return WgpuArray(self, buf, (nbytes // 4,), "i32")
+
+    def matmul_packed(self, x: WgpuArray, w: QuantWeight | QuantRowStack) -> WgpuArray:
+        dtype = x.dtype if x.dtype in self.act_dtypes else "f32"
+        x = self._rows(x, dtype)
+        if x.offset % 4 or x.row_stride % 4:  # the kernels read x as vec4
+            x = self.contiguous(x, force=True)
+        t = x.shape[0]
+        out = self.empty((t, w.shape[0]), dtype)  # (T, N)
+        if out.size:
+            column = 0
+            for part in w.parts if isinstance(w, QuantRowStack) else (w,):
+                self._matmul_packed_into(x, self._device_packed(part), out, column)
+                column += part.shape[0]
+        return out
+
+    def _matmul_packed_into(self, x: WgpuArray, dev: DevicePacked, out: WgpuArray, column: int) -> None:
+        (t, k), op = x.shape, "matmul_" + dev.format.lower()
+        if k != dev.shape[1]:
+            raise UnsupportedError(
+                f"matmul: x has {k} features but the {dev.format} weight has {dev.shape[1]}"
+            )
+        entry, rows_per_group = ("matvec", 1) if t < 4 else ("matmul4", 4)
+        for part in dev.parts:
+            params = {
+                "tokens": t,
+                "k": k,
+                "n": part.rows,
+                "row_bytes": dev.row_bytes,
+                "x_stride": x.row_stride,
+            }
+            params |= {"out_stride": out.shape[1], "ids_off": 0, "row_lo": 0, "row_hi": 0, "glu_off": 0}
+            target = out[:, column + part.start : column + part.start + part.rows]
+            arrays = {"w": part.words, "x4": x, "out": target}
+            grid = (-(-part.rows // self.WG), -(-t // rows_per_group), 1)
+            self._run(op, arrays, params, grid, entry, (("T", out.dtype),))
+            if entry == "matvec" and len(dev.parts) == 1 and column == 0 and part.rows == out.shape[1]:
+                self.note_fusable("matvec", out=out, op=op, arrays=arrays, params=params, grid=grid)
+
+    def embed_packed(self, table: QuantWeight, ids: WgpuArray) -> WgpuArray:
+        if not isinstance(table, QuantWeight):
+            raise UnsupportedError(f"device {self.name} does not support embed on {table.format} weights")
+        dev = self._device_packed(table)
+        k, dtype = dev.shape[1], "f32"
+        out = self.empty((ids.shape[0], k), dtype)  # (T, K)
+        if out.size:
+            ids = self.contiguous(ids)
+            block_elems, units_per_block = _UNITS[dev.format]
+            units = k // block_elems * units_per_block
+            for part in dev.parts:
+                params = {"tokens": ids.shape[0], "k": k, "n": 0, "row_bytes": dev.row_bytes, "x_stride": 0}
+                params |= {
+                    "out_stride": k,
+                    "row_lo": part.start,
+                    "row_hi": part.start + part.rows,
+                    "glu_off": 0,
+                }
+                arrays = {"w": part.words, "ids": ids, "out": out}
+                op = "matmul_" + dev.format.lower()
+                grid = (-(-units // self.WG), ids.shape[0], 1)
+                self._run(op, arrays, params | {"x_off": 0}, grid, "embed", (("T", dtype),))
+        return out
+
+
+# (values per block, decode units per block), as BLOCK_ELEMS and UNITS in each shader
+_UNITS = {"Q4_0": (32, 4), "Q4_1": (32, 4), "Q8_0": (32, 8), "Q4_K": (256, 32), "Q5_K": (256, 32)}
+_UNITS["Q6_K"] = (256, 16)

@@ -1,0 +1,69 @@
+"""`blazr bench` on a tiny random-weight Llama with a word-level tokenizer: the report, the JSON file, the
+per-step device counters on wgpu, and user errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from tokenizers.pre_tokenizers import Whitespace
+from typer.testing import CliRunner
+
+from blazr.cli import app
+from blazr.config import env_name, known_keys
+from tests.conftest import AVAILABLE_BACKENDS
+from tests.tiny_models import write_safetensors
+
+WORDS = ["<unk>", "The", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog", "."]
+
+
+@pytest.fixture
+def tiny_model(tmp_path, monkeypatch):
+    for key in known_keys():
+        monkeypatch.delenv(env_name(key), raising=False)
+    monkeypatch.setenv("BLAZR_CONFIG", str(tmp_path / "config.yaml"))
+    directory = tmp_path / "tiny"
+    write_safetensors("llama", directory)
+    inner = Tokenizer(WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
+    inner.pre_tokenizer = Whitespace()
+    inner.save(str(directory / "tokenizer.json"))
+    return directory
+
+
+def run_bench(*args: str):
+    return CliRunner().invoke(app, ["bench", *args])
+
+
+@pytest.mark.parametrize("device", AVAILABLE_BACKENDS)
+def test_bench_reports_speed_and_writes_json(tiny_model, tmp_path, device):
+    out = tmp_path / "bench.json"
+    args = [str(tiny_model), "--device", device, "--prompt-tokens", "5", "--prompt-tokens", "21"]
+    result = run_bench(*args, "--decode-tokens", "6", "--runs", "2", "--num-ctx", "64", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    assert "decode" in result.stdout and "TTFT" in result.stdout
+    report = json.loads(out.read_text())
+    assert report["decode_tokens"] == 6 and report["measurement_runs"] == 2 and report["num_ctx"] == 64
+    assert [r["prompt_tokens"] for r in report["results"]] == [5, 21]
+    for r in report["results"]:
+        assert len(r["ttft_ms"]["samples"]) == 2 and r["decode_tok_per_sec"]["median"] > 0
+        assert r["prefill_tok_per_sec"]["median"] > 0 and r["itl_ms"]["count"] == 2 * 5
+        if device.startswith("wgpu"):
+            step = r["per_decode_step"]
+            assert step["submits"] == 1  # one submit per decode step: the sampled id's read-back
+            assert step["bytes_read"] == 4  # greedy: only the token id comes back
+            assert 0 < step["dispatches"] < 12 * 2 + 8
+            assert "dispatches" in result.stdout
+        else:
+            assert "per_decode_step" not in r
+
+
+def test_bench_refuses_a_context_too_small(tiny_model):
+    result = run_bench(str(tiny_model), "--prompt-tokens", "40", "--decode-tokens", "30", "--num-ctx", "64")
+    assert result.exit_code != 0 and "--num-ctx 64 is too small" in result.stderr
+
+
+def test_bench_refuses_zero_runs(tiny_model):
+    result = run_bench(str(tiny_model), "--runs", "0")
+    assert result.exit_code != 0 and "--runs must be at least 1" in result.stderr
