@@ -101,7 +101,7 @@ def main() -> None:
         llama_python = sys.executable
     ensure_models()
     results: dict = {}
-    for label, model in (("F32 GGUF", F32), ("Q4_1 GGUF (blazr dequantizes at load)", Q4_1)):
+    for label, model in (("F32 GGUF", F32), ("Q4_1 GGUF (packed on both sides)", Q4_1)):
         results[label] = {
             "blazr": measure(sys.executable, "blazr", model, args.runs, args.threads),
             "llama.cpp": measure(llama_python, "llama.cpp", model, args.runs, args.threads),
