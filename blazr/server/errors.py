@@ -97,7 +97,13 @@ def error_response(err: ApiError, family: str) -> Response:
 
 def api_error_from_blazr(error: BlazrError) -> ApiError:
     """Map a library error to its HTTP status: the user's input is at fault (4xx) unless it is unknown."""
+    from blazr.engine.scheduler import QueueFullError  # here, not at import: the server's errors load first
+
     message = str(error)
+    if isinstance(error, QueueFullError):  # the engine's bounded waiting queue is full: back-pressure
+        return ApiError(
+            429, message, type="rate_limit_error", code="queue_full", headers={"Retry-After": "1"}
+        )
     if isinstance(error, ModelNotFoundError):
         return ApiError(404, message, type="not_found_error", param="model", code="model_not_found")
     if isinstance(error, ConfigError):
