@@ -68,11 +68,13 @@ class LLM:
         speculative: str | None = None,
         num_speculative_tokens: int = 5,
         draft_model: str | Path | None = None,
+        kv_cache_mb: int | None = None,
     ) -> LLM:
         """Load a model by path or name (catalog models are pulled on first use) onto `device`.
         num_ctx defaults to min(2048, the model's context length). speculative="ngram" turns on prompt-lookup
         speculative decoding; draft_model (a path or name of a smaller model with the same vocabulary)
-        turns on draft-model speculative decoding."""
+        turns on draft-model speculative decoding. kv_cache_mb caps the paged KV pool (default: room for
+        max_seqs full contexts)."""
         from blazr.backends import get_backend
         from blazr.loaders import load_checkpoint
         from blazr.model_dir import resolve_model
@@ -96,6 +98,7 @@ class LLM:
             speculative=speculative,
             num_speculative_tokens=num_speculative_tokens,
             draft_model=draft,
+            kv_cache_bytes=kv_cache_mb * 2**20 if kv_cache_mb else None,
         )
         return cls(checkpoint, tokenizer, net, backend, engine, chat_template)
 

@@ -45,6 +45,9 @@ class InferenceSettings:
 
     dtype: str | None = None  # (optional) f32|f16|bf16; unset: the model's torch_dtype, else f32
     chat_template: str | None = None  # (optional) built-in template name or a template file
+    kv_cache_mb: int | None = (
+        None  # (optional) KV-cache memory budget; unset: room for every sequence's num_ctx
+    )
 
 
 @dataclass
@@ -267,6 +270,7 @@ VALIDATORS: dict[str, Callable[[Any], Any]] = {
     "device": normalize_device,
     "num_ctx": _at_least(1),
     "inference.dtype": normalize_dtype,
+    "inference.kv_cache_mb": _at_least(1),
     "generation.max_tokens": _at_least(1),
     "generation.temperature": _between(0, 2),
     "generation.top_p": _between(0, 1),

@@ -103,6 +103,7 @@ def load_for_serving(path: Path, settings: Settings) -> Any:
         num_ctx=settings.num_ctx,
         chat_template=settings.inference.chat_template,
         max_seqs=settings.server.max_concurrent_requests,
+        kv_cache_mb=settings.inference.kv_cache_mb,
     )
     llm.generate(llm.tokenize("Hello")[:4] or [0], max_tokens=1, temperature=0.0)  # first-run overhead
     return llm
