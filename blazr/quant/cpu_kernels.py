@@ -4,6 +4,8 @@ Decode (few tokens): each thread takes a range of weight rows, decodes one row a
 row and dots it with every activation row, so the weights are read from memory once per call.
 Prefill (many tokens): an L2-sized tile of rows is decoded to float32 in parallel, then multiplied by BLAS sgemm, which
 is far faster than any dot-product loop once a decoded row is reused by many tokens.
+Every entry point releases the GIL (nogil=True): the server's event loop thread then streams tokens while
+the engine thread is inside a kernel, instead of waiting out Python's GIL switch interval on every token.
 Importing this module imports numba; the CPU backend falls back to blazr.quant.reference_matmul without it.
 """
 
@@ -22,7 +24,7 @@ GEMM_MIN_TOKENS = 12
 _TILE_ELEMS = 1 << 18  # float32 values per decoded tile (1 MB): stays in L2 between decode and sgemm
 
 
-@njit(cache=True, fastmath=True)
+@njit(cache=True, fastmath=True, nogil=True)
 def _dot_span(code, blocks, f16, x, out, start, stop):
     """out[:, start:stop] = x (T, K) @ decode(blocks[start:stop]).T, one decoded row at a time.
     A serial function of its own: fastmath (a vectorised reduction) is not applied inside a prange body."""
@@ -38,13 +40,13 @@ def _dot_span(code, blocks, f16, x, out, start, stop):
             out[t, r] = acc
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _decode_span(code, blocks, f16, out, start, stop):
     for r in range(start, stop):
         decode_row(code, blocks[r], f16, out[r])
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _matmul_rows(x, blocks, code, f16, out, rows_per_task):
     """out (T, N) = x (T, K) @ decode(blocks (N, row_bytes)).T; one parallel region per call."""
     n = blocks.shape[0]
@@ -52,7 +54,7 @@ def _matmul_rows(x, blocks, code, f16, out, rows_per_task):
         _dot_span(code, blocks, f16, x, out, task * rows_per_task, min(n, (task + 1) * rows_per_task))
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _decode_rows(blocks, code, f16, out, rows_per_task):
     """out (n, K) float32 = every packed row of blocks (n, row_bytes) decoded."""
     n = blocks.shape[0]
