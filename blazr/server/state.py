@@ -254,19 +254,22 @@ class ModelManager:
     async def _load(self, key: str, path: Path, name: str) -> LoadedModel:
         start = time.monotonic()
         log.info("loading model %s from %s", name, path)
+        engine = None
         try:
             llm = await asyncio.to_thread(self.loader, path, self.settings)
-        except BlazrError as error:
-            raise api_error_from_blazr(error) from None
+            engine = AsyncEngine(llm.engine)
+            await engine.run(lambda: warm_up(llm))  # a model whose forward pass fails is refused here
         except Exception as error:  # a broken file can fail deep in a parser: report it, keep serving
+            if engine is not None:
+                await asyncio.to_thread(engine.shutdown)
+            if isinstance(error, BlazrError):
+                raise api_error_from_blazr(error) from None
             log.exception("loading model %s failed", name)
             raise ApiError(
                 500,
                 f"model '{name}' could not be loaded: {type(error).__name__}: {error}",
                 type="server_error",
             ) from None
-        engine = AsyncEngine(llm.engine)
-        await engine.run(lambda: warm_up(llm))
         model = LoadedModel(
             name=name,
             llm=llm,
