@@ -101,9 +101,10 @@ def collect_api_keys(flag_keys: list[str], settings: Settings) -> list[str]:
             lines = Path(file).expanduser().read_text(encoding="utf-8").splitlines()
         except OSError as e:
             raise ConfigError(f"--api-key-file {file}: cannot read it ({e.strerror})") from None
-        keys += [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
-        if not any(line.strip() and not line.strip().startswith("#") for line in lines):
+        file_keys = [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
+        if not file_keys:
             raise ConfigError(f"--api-key-file {file} holds no keys (one per line; # starts a comment)")
+        keys += file_keys
     return list(dict.fromkeys(keys))
 
 
