@@ -1,5 +1,10 @@
 """numba row decoders for the GGML block types: one packed row (row_bytes,) uint8 -> (K,) float32.
 
+`decode_row(fmt, row, f16, out)` is resolved when a kernel is compiled: `fmt`, the type name, must be a
+compile-time literal (the kernels call numba.literally on it), so each format compiles only its own decoder,
+on first use (one dispatch over every decoder took ~11 s to compile before the first token of any model), and
+numba's on-disk cache keys each kernel by its format name.
+
 Each follows the block layout of blazr.quant.ggml_blocks (the numpy spec). The row and the output are viewed
 as n-d arrays (block, field, lane) so every index is a loop variable plus a constant, and the lane loops run
 to a bound read from an array shape: LLVM then vectorises them (a fixed 16- or 32-trip loop is fully unrolled
@@ -9,13 +14,9 @@ into scalar code instead, and `base + i` index arithmetic keeps the wrap-around 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
-
-# type name -> code used inside the kernels
-TYPE_CODES: dict[str, int] = {
-    "Q4_0": 0, "Q4_1": 1, "Q5_0": 2, "Q5_1": 3, "Q8_0": 4,
-    "Q2_K": 5, "Q3_K": 6, "Q4_K": 7, "Q5_K": 8, "Q6_K": 9,
-}  # fmt: skip
+from numba import njit, types
+from numba.core.errors import TypingError
+from numba.extending import overload
 
 # Every f16 bit pattern as float32 (256 KB): a table lookup is exact and cheaper than bit twiddling.
 F16_TABLE = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
@@ -183,26 +184,63 @@ def _q6_k(row, f16, out):
                     y[b, h, 3, s, j] = d3 * np.float32(((c >> 4) | (((e >> 6) & 3) << 4)) - 32)
 
 
+# ---- one decoder per format, picked at compile time --------------------------------------------------
+
+
 @njit(cache=True)
-def decode_row(code, row, f16, out):
-    """Decode one packed row of type `code` (TYPE_CODES) into out (K,) float32."""
-    if code == 0:
-        _q4(row, f16, out, False)
-    elif code == 1:
-        _q4(row, f16, out, True)
-    elif code == 2:
-        _q5(row, f16, out, 22, False)
-    elif code == 3:
-        _q5(row, f16, out, 24, True)
-    elif code == 4:
-        _q8_0(row, f16, out)
-    elif code == 5:
-        _q2_k(row, f16, out)
-    elif code == 6:
-        _q3_k(row, f16, out)
-    elif code == 7:
-        _q45_k(row, f16, out, False)
-    elif code == 8:
-        _q45_k(row, f16, out, True)
-    else:
-        _q6_k(row, f16, out)
+def _dec_q4_0(row, f16, out):
+    _q4(row, f16, out, False)
+
+
+@njit(cache=True)
+def _dec_q4_1(row, f16, out):
+    _q4(row, f16, out, True)
+
+
+@njit(cache=True)
+def _dec_q5_0(row, f16, out):
+    _q5(row, f16, out, 22, False)
+
+
+@njit(cache=True)
+def _dec_q5_1(row, f16, out):
+    _q5(row, f16, out, 24, True)
+
+
+@njit(cache=True)
+def _dec_q4_k(row, f16, out):
+    _q45_k(row, f16, out, False)
+
+
+@njit(cache=True)
+def _dec_q5_k(row, f16, out):
+    _q45_k(row, f16, out, True)
+
+
+# type name -> row decoder (row (row_bytes,) uint8, f16 table, out (K,) float32)
+DECODERS: dict = {
+    "Q4_0": _dec_q4_0, "Q4_1": _dec_q4_1, "Q5_0": _dec_q5_0, "Q5_1": _dec_q5_1, "Q8_0": _q8_0,
+    "Q2_K": _q2_k, "Q3_K": _q3_k, "Q4_K": _dec_q4_k, "Q5_K": _dec_q5_k, "Q6_K": _q6_k,
+}  # fmt: skip
+
+
+def register_decoder(fmt: str, decoder) -> None:
+    """Add a format's njit row decoder (row, f16, out); kernels for it compile on first use."""
+    DECODERS[fmt] = decoder
+
+
+def decode_row(fmt, row, f16, out):
+    """Decode one packed row of format `fmt` (a compile-time literal type name) into out (K,) float32."""
+    raise NotImplementedError("decode_row runs only inside numba-compiled kernels")
+
+
+@overload(decode_row)
+def _decode_row_for(fmt, row, f16, out):
+    if not isinstance(fmt, types.StringLiteral):
+        raise TypingError("decode_row needs the format name as a literal (call numba.literally on it)")
+    decoder = DECODERS[fmt.literal_value]
+
+    def impl(fmt, row, f16, out):
+        decoder(row, f16, out)
+
+    return impl
