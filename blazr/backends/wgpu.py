@@ -2,8 +2,10 @@
 
 Arrays are WgpuArray views into pooled device buffers; ops record dispatches that run at the next
 download()/sync() in one submit (wgpu_runtime.py). Dense f32 weights, and f16 where the adapter has
-shader-f16. Quantized weights of PACKED_FORMATS stay in their GGML blocks (wgpu_quant.py); other formats
-are dequantized at load.
+shader-f16. Without shader-f16 (or with the option f16="packed"), a 2-d F16 weight for f32 compute keeps
+its 16 bits: an "f16" array there is storage only, two halves a u32 word, which matmul and embed unpack in
+registers (the *_f16x2 entries) and every other op widens to f32 first. Quantized weights of PACKED_FORMATS
+stay in their GGML blocks (wgpu_quant.py); other formats are dequantized at load.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from blazr.quant import QuantRowStack, QuantWeight
 
 WG = 64  # workgroup size of every kernel (an override constant; llvmpipe runs 8-wide, GPUs 32/64-wide)
 MAX_HEAD_DIM = 256  # attention.wgsl keeps one query in workgroup memory
+F16_MODES = ("auto", "packed")  # auto: native f16 where the adapter has shader-f16, else packed F16 weights
 _HOST_MIRROR = (
     1 << 16
 )  # small uploads keep their host values (positions, lengths, inv_freq) for host planning
@@ -37,10 +40,14 @@ class Backend(SelectionSequenceOps, PackedOps, FusionOps):
     weight_formats: tuple[str, ...] = PACKED_FORMATS
     WG = WG
 
-    def __init__(self, index: int = 0, **options):
+    def __init__(self, index: int = 0, f16: str = "auto", **options):
         if options:
             raise ConfigError(f"--device wgpu:{index}: unknown backend option(s) {sorted(options)}")
-        self.adapter, device = open_device(index)
+        if f16 not in F16_MODES:
+            raise ConfigError(f"--device wgpu:{index}: f16={f16!r} is unknown; use one of {F16_MODES}")
+        # "packed" opens the device without shader-f16, as on an adapter that lacks it: a kernel that still
+        # needs native f16 then fails to compile instead of passing unnoticed
+        self.adapter, device = open_device(index, without=("shader-f16",) if f16 == "packed" else ())
         self.name = f"wgpu:{index}"
         self.native_f16 = "shader-f16" in device.features
         self.act_dtypes = ("f32", "f16") if self.native_f16 else ("f32",)
@@ -52,7 +59,7 @@ class Backend(SelectionSequenceOps, PackedOps, FusionOps):
     # ---- memory -------------------------------------------------------------------------------------
     def check_model_fits(self, tensors: dict, dtype: str) -> None:
         """Refuse, before any upload, weights larger than the adapter's memory (build_model calls this)."""
-        need = device_weight_bytes(tensors, dtype, self.weight_formats)
+        need = device_weight_bytes(tensors, dtype, self.weight_formats, f16_storage=not self.native_f16)
         if self.memory_limit is not None and need > self.memory_limit:
             raise UnsupportedError(
                 f"the model's weights need {need / 2**20:.1f} MiB on device {self.name}, but the adapter has "
@@ -61,21 +68,38 @@ class Backend(SelectionSequenceOps, PackedOps, FusionOps):
 
     def _check_dtype(self, dtype: str) -> str:
         if dtype not in self.act_dtypes and dtype != "i32":
-            why = "this adapter lacks shader-f16" if dtype == "f16" else "it is not supported here"
+            why = "it runs without shader-f16" if dtype == "f16" else "it is not supported here"
             raise UnsupportedError(f"device {self.name} cannot hold {dtype} arrays: {why}; use --dtype f32")
         return dtype
 
     def upload(self, a: np.ndarray, dtype: str | None = None) -> Array:
         a = np.asarray(a)
-        if a.dtype.kind == "f":
-            target = self._check_dtype(dtype or "f32")
-        elif a.dtype.kind in "iub":
-            target = "i32"
-        else:
-            raise UnsupportedError(f"device {self.name} cannot upload an array of dtype {a.dtype}")
+        target = self._storage_dtype(a, dtype)
         data = np.ascontiguousarray(a, dtype=NUMPY_DTYPES[target])
         if data.nbytes > self.rt.max_binding and data.ndim == 2:
             return self._upload_row_blocks(data, target)
+        return self._upload_dense(data, target)
+
+    def _storage_dtype(self, a: np.ndarray, dtype: str | None) -> str:
+        """The device dtype of an upload. A float16 2-d array (an F16 weight) for f32 compute stays 16-bit
+        without native f16: packed halves that matmul and embed read and other ops widen."""
+        if a.dtype.kind in "iub":
+            return "i32"
+        if a.dtype.kind != "f":
+            raise UnsupportedError(f"device {self.name} cannot upload an array of dtype {a.dtype}")
+        if not self.native_f16 and a.dtype == np.float16 and a.ndim == 2 and dtype in (None, "f32"):
+            return "f16"
+        return self._check_dtype(dtype or "f32")
+
+    def _f16x2(self, a) -> bool:
+        """Whether `a` is F16 storage without native f16 (read by kernels as two halves a u32 word)."""
+        return a.dtype == "f16" and not self.native_f16
+
+    def _compute_dtype(self, dtype: str) -> str:
+        """The activation dtype an op on a weight of `dtype` computes in: f32 for packed F16 storage."""
+        return "f32" if dtype == "f16" and not self.native_f16 else dtype
+
+    def _upload_dense(self, data: np.ndarray, target: str) -> WgpuArray:
         buf = self.rt.alloc(max(data.nbytes, 4), for_upload=True)
         if data.nbytes:
             self.rt.write(buf, memoryview(data).cast("B"))
@@ -85,7 +109,7 @@ class Backend(SelectionSequenceOps, PackedOps, FusionOps):
     def _upload_row_blocks(self, data: np.ndarray, dtype: str) -> RowChunks:
         """A 2-d weight past the binding limit as row blocks, each within the limit."""
         rows = max(1, self.rt.max_binding // (data.shape[1] * data.itemsize) // 4 * 4)
-        return RowChunks([self.upload(data[i : i + rows], dtype) for i in range(0, len(data), rows)])
+        return RowChunks([self._upload_dense(data[i : i + rows], dtype) for i in range(0, len(data), rows)])
 
     def download(self, a: Array) -> np.ndarray:
         a = self.contiguous(a)
@@ -102,18 +126,26 @@ class Backend(SelectionSequenceOps, PackedOps, FusionOps):
         self.rt.wait()
 
     def contiguous(self, a: WgpuArray, dtype: str | None = None, force: bool = False) -> WgpuArray:
-        """a itself when dense and of dtype (unless force), else a dense copy (converted to dtype)."""
+        """a itself when dense and of dtype (unless force), else a dense copy (converted to dtype). A copy of
+        packed F16 storage is f32: one invocation cannot write half of a u32 word."""
         dtype = dtype or a.dtype
         if a.contiguous and a.dtype == dtype and not force:
             return a
+        widen = self._f16x2(a)
+        dtype = "f32" if widen else dtype
         out = self.empty(a.shape, dtype)
         if a.size == 0:
             return out
         shape, strides = _four_dims(a.shape, a.strides)
         params = {"n": a.size, "d1": shape[1], "d2": shape[2], "d3": shape[3]}
         params |= {f"x{i}": s for i, s in enumerate(strides)}
-        aliases = (("S", a.dtype), ("T", dtype))
-        self._run("contiguous", {"x": a, "out": out}, params, grid_1d(_groups(a.size)), aliases=aliases)
+        grid = grid_1d(_groups(a.size))
+        if widen:
+            arrays, params = {"xh": a, "out": out}, params | {"x_off": a.offset}
+            self._run("contiguous", arrays, params, grid, "widen_f16x2", (("T", dtype),))
+        else:
+            aliases = (("S", a.dtype), ("T", dtype))
+            self._run("contiguous", {"x": a, "out": out}, params, grid, aliases=aliases)
         return out
 
     def _run(self, op, arrays, params, grid, entry="main", aliases=None, **constants) -> None:
@@ -135,23 +167,26 @@ class Backend(SelectionSequenceOps, PackedOps, FusionOps):
         if isinstance(table, QuantWeight | QuantRowStack):
             return self.embed_packed(table, ids)
         parts = self._row_blocks(table)
-        out = self.empty((ids.shape[0], table.shape[1]), table.dtype)  # (T, D)
+        out = self.empty((ids.shape[0], table.shape[1]), self._compute_dtype(table.dtype))  # (T, D)
         if out.size:
             ids = self.contiguous(ids)
             for start, part in parts:
-                params = {"dim": part.shape[1], "table_stride": part.row_stride}
+                params = {"dim": part.shape[1], "table_off": part.offset, "table_stride": part.row_stride}
                 params |= {"row_lo": start, "row_hi": start + part.shape[0]}
-                arrays = {"table": part, "ids": ids, "out": out}
-                self._run("embed", arrays, params, (_groups(part.shape[1]), len(ids), 1))
+                entry, name = ("main_f16x2", "table_h") if self._f16x2(part) else ("main", "table")
+                arrays = {name: part, "ids": ids, "out": out}
+                grid = (_groups(part.shape[1]), len(ids), 1)
+                self._run("embed", arrays, params, grid, entry, (("T", out.dtype),))
         return out
 
     def matmul(self, x: Array, w: Array) -> Array:
         if isinstance(w, QuantWeight | QuantRowStack):
             return self.matmul_packed(x, w)
         parts = self._row_blocks(w, "matmul")
-        x = self._rows(x, w.dtype)
+        dtype = self._compute_dtype(w.dtype)
+        x = self._rows(x, dtype)
         t, n = x.shape[0], w.shape[0]
-        out = self.empty((t, n), w.dtype)  # (T, N)
+        out = self.empty((t, n), dtype)  # (T, N)
         if out.size:
             for start, part in parts:
                 self._matmul_into(x, part, out[:, start : start + part.shape[0]])
@@ -161,11 +196,15 @@ class Backend(SelectionSequenceOps, PackedOps, FusionOps):
         """out (T, n) = x @ w.T for a dense w (n, K); out may be a column block of a wider output."""
         (t, k), n = x.shape, w.shape[0]
         params = {"tokens": t, "k": k, "n": n, "x_stride": x.row_stride, "out_stride": out.strides[0]}
+        params["w_off"] = w.offset
+        name, suffix = ("wh", "_f16x2") if self._f16x2(w) else ("w", "")
+        aliases = (("T", out.dtype),)
         if t < 4 and all(v % 4 == 0 for v in (k, x.offset, x.row_stride, w.offset)):
-            arrays = {"x4": x, "w4": w, "out": out}
-            self._run("matmul", arrays, params, (_groups(n), t, 1), "matvec4", (("T", w.dtype),))
+            arrays = {"x4": x, name + "4": w, "out": out}
+            self._run("matmul", arrays, params, (_groups(n), t, 1), "matvec4" + suffix, aliases)
         else:
-            self._run("matmul", {"x": x, "w": w, "out": out}, params, (_groups(n), -(-t // 4), 1))
+            arrays = {"x": x, name: w, "out": out}
+            self._run("matmul", arrays, params, (_groups(n), -(-t // 4), 1), "main" + suffix, aliases)
 
     def _row_blocks(self, w, op: str = "embed") -> list[tuple[int, WgpuArray]]:
         """(first row, block) pairs: one for an ordinary array, several for a RowChunks weight."""

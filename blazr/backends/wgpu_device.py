@@ -7,6 +7,8 @@ import os
 import tempfile
 from typing import Any
 
+import numpy as np
+
 from blazr.errors import ConfigError, UnsupportedError
 
 NO_ADAPTER = (
@@ -58,8 +60,9 @@ def describe(adapter: Any) -> dict[str, Any]:
     }
 
 
-def open_device(index: int) -> tuple[Any, Any]:
-    """Adapter `index` and a device on it created with the adapter's full limits and optional features."""
+def open_device(index: int, without: tuple[str, ...] = ()) -> tuple[Any, Any]:
+    """Adapter `index` and a device on it created with the adapter's full limits and optional features,
+    less those named in `without` (so an adapter can stand in for one that lacks them)."""
     adapters = list_adapters()
     if not adapters:
         raise UnsupportedError(NO_ADAPTER)
@@ -69,7 +72,7 @@ def open_device(index: int) -> tuple[Any, Any]:
             f"(0..{len(adapters) - 1}); run `blazr devices` to list them"
         )
     adapter = adapters[index]
-    features = [f for f in OPTIONAL_FEATURES if f in adapter.features]
+    features = [f for f in OPTIONAL_FEATURES if f in adapter.features and f not in without]
     device = adapter.request_device_sync(required_features=features, required_limits=dict(adapter.limits))
     return adapter, device
 
@@ -85,8 +88,12 @@ def adapter_memory(adapter: Any) -> int | None:
     return None
 
 
-def device_weight_bytes(tensors: dict[str, Any], dtype: str, packed_formats: tuple[str, ...]) -> int:
-    """Bytes the weights take on the device: packed formats at their block size, the rest dense in dtype."""
+def device_weight_bytes(
+    tensors: dict[str, Any], dtype: str, packed_formats: tuple[str, ...], f16_storage: bool = False
+) -> int:
+    """Bytes the weights take on the device: packed formats at their block size, the rest dense in dtype.
+    With f16_storage (f32 compute on an adapter without shader-f16), a 2-d F16 weight keeps 2 bytes a value:
+    Backend.upload stores it as packed halves."""
     from blazr.quant import row_bytes
 
     itemsize = {"f16": 2, "bf16": 2}.get(dtype, 4)
@@ -97,6 +104,15 @@ def device_weight_bytes(tensors: dict[str, Any], dtype: str, packed_formats: tup
         packed = getattr(tensor, "quantized", False) and len(shape) == 2 and fmt in packed_formats
         if packed and dtype == "f32":
             total += shape[0] * row_bytes(fmt, shape[1])
+        elif f16_storage and dtype == "f32" and len(shape) == 2 and _is_f16(fmt):
+            total += math.prod(shape) * 2
         else:
             total += math.prod(shape) * itemsize
     return total
+
+
+def _is_f16(fmt: Any) -> bool:
+    """A checkpoint dtype name ("F16") or a numpy dtype (a host array) that is IEEE half."""
+    if isinstance(fmt, str):
+        return fmt == "F16"
+    return fmt is not None and np.dtype(fmt) == np.float16
