@@ -4,7 +4,8 @@
 // unit_offset(u, i) (the first of the 4 values of vec i of unit u, within the block) and decode_unit(b, u)
 // (unit u of the block at byte b, dequantized in registers). Blocks are read as u32 words at byte offsets.
 // bindings: w (N rows of row_bytes bytes, u32 words), x4 (T, K) rows x_stride apart, read as vec4 (K, x_off
-//           and x_stride multiples of 4), ids (T,) i32 for embed -> out (T, N) or (T, K) rows out_stride apart
+//           and x_stride multiples of 4), ids (T,) i32 for embed, codebook (IQ formats) -> out (T, N) or (T, K)
+//           rows out_stride apart
 // entry matvec:  grid (ceil(N / WG), T): an invocation dots one weight row with one token.
 // entry matmul4: grid (ceil(N / WG), ceil(T / 4)): one weight row with 4 tokens, so each block decodes once
 //                per 4 tokens. entry matvec_glu (T < 4, the gate/up rows of one weight): an invocation dots
@@ -35,6 +36,9 @@ struct Params {
 @group(0) @binding(3) var<uniform> params: Params;
 @group(0) @binding(4) var<storage, read> ids: array<i32>;
 @group(0) @binding(5) var<storage, read_write> glu: array<T>;
+// the codebook of an IQ format (blazr/quant/iq_grids.py as int8 bytes in u32 words, one row after another);
+// the other formats never read it, so their pipelines have no such binding
+@group(0) @binding(6) var<storage, read> codebook: array<u32>;
 
 // 4 bytes from byte b at any alignment (the buffer carries one spare word past the last block).
 fn word_at(b: u32) -> u32 {
@@ -48,8 +52,17 @@ fn byte_at(b: u32) -> u32 { return (w[b >> 2u] >> ((b & 3u) * 8u)) & 0xffu; }
 
 fn i8_at(b: u32) -> f32 { return f32(bitcast<i32>(byte_at(b) << 24u) >> 24u); }
 
-// every f16 field sits at an even byte offset
+// the u16 at an even byte offset b
+fn u16_at(b: u32) -> u32 { return (w[b >> 2u] >> ((b & 2u) * 8u)) & 0xffffu; }
+
+// the 4 bytes of q as int8
+fn i8x4(q: u32) -> vec4<f32> {
+    return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(q << 24u, q << 16u, q << 8u, q)) >> vec4<u32>(24u));
+}
+
+// every f16 field sits at an even byte offset, every f32 field at a multiple of 4
 fn f16_at(b: u32) -> f32 { return unpack2x16float(w[b >> 2u] >> ((b & 2u) * 8u)).x; }
+fn f32_at(b: u32) -> f32 { return bitcast<f32>(w[b >> 2u]); }
 
 fn bytes4(q: u32) -> vec4<u32> { return vec4<u32>(q, q >> 8u, q >> 16u, q >> 24u) & vec4<u32>(0xffu); }
 fn low_nibbles(q: u32) -> vec4<u32> { return bytes4(q) & vec4<u32>(0xfu); }
@@ -62,6 +75,24 @@ fn k_scale_min(b: u32, g: u32) -> vec2<f32> {
     if (g < 4u) { return vec2<f32>(f32(a & 63u), f32(c & 63u)); }
     let low = byte_at(b + g);
     return vec2<f32>(f32((c & 15u) | ((low >> 6u) << 4u)), f32((c >> 4u) | ((a >> 6u) << 4u)));
+}
+
+// table[codes] for 16 int8 entries packed in 4 u32 (entry c: byte c % 4 of word c / 4): a vector indexed at
+// run time stays in registers, where a const array is first copied to memory (about 2x slower on lavapipe)
+fn i8_lookup(table: vec4<u32>, codes: vec4<u32>) -> vec4<f32> {
+    let c = codes >> vec4<u32>(2u);
+    let words = vec4<u32>(table[c.x], table[c.y], table[c.z], table[c.w]);
+    let shifts = vec4<u32>(24u) - (codes & vec4<u32>(3u)) * 8u;  // entry c's byte to the top
+    return vec4<f32>(bitcast<vec4<i32>>(words << shifts) >> vec4<u32>(24u));
+}
+
+// IQ formats: the 8 sign bits of a 7-bit sign index (ggml's ksigns_iq2xs: the 8th makes the count of minus
+// signs even)
+fn sign_pattern(i: u32) -> u32 { return i | ((countOneBits(i) & 1u) << 7u); }
+
+// v with value j negated where bit j of s is set (exact, as ggml's multiply by -1)
+fn with_signs(v: vec4<f32>, s: u32) -> vec4<f32> {
+    return select(v, -v, ((vec4<u32>(s) >> vec4<u32>(0u, 1u, 2u, 3u)) & vec4<u32>(1u)) != vec4<u32>(0u));
 }
 
 @compute @workgroup_size(WG)

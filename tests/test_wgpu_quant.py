@@ -1,9 +1,11 @@
-"""Packed GGML weights on the wgpu backend (shaders/matmul_<format>.wgsl) against the float64 product of the
-numpy dequantization of the same blocks, the embedding of packed tables, row splitting past the binding
-limit, and the real SmolLM2 (Q4_1 + Q8_0) running with its weights packed on the device.
+"""Packed GGML weights on the wgpu backend (shaders/matmul_<format>.wgsl, every quant type blazr reads)
+against the float64 product of the numpy dequantization of the same blocks, the embedding of packed tables,
+row splitting past the binding limit, the IQ codebooks, and the real SmolLM2 (Q4_1 + Q8_0) running with its
+weights packed on the device.
 
-Tolerance: activations stay f32 and the weights decode exactly (up to a fused multiply-add in the decode), so
-the error is f32 rounding of the sums: NMSE ~1e-14. The bound 1e-10 is far tighter than design.md's 5e-4.
+Tolerance: activations stay f32 and the weights decode exactly (up to a fused multiply-add in the decode; on
+lavapipe every type's embed is bit for bit the numpy dequantization), so the error is f32 rounding of the
+sums: NMSE ~1e-14 for every type. The bound 1e-10 is far tighter than design.md's 5e-4.
 """
 
 from __future__ import annotations
@@ -11,13 +13,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from blazr.quant import QuantWeight, block_info, stack_rows
+from blazr.backends.wgpu_device import device_weight_bytes
+from blazr.backends.wgpu_quant import PACKED_FORMATS
+from blazr.quant import DEQUANT_TYPES, QuantWeight, block_info, stack_rows
 from blazr.quant.ggml_blocks import dequantize
 from tests.conftest import AVAILABLE_BACKENDS
 
 pytestmark = pytest.mark.skipif("wgpu" not in AVAILABLE_BACKENDS, reason="no WebGPU adapter here")
 
-FORMATS = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
+FORMATS = tuple(sorted(DEQUANT_TYPES - {"F32", "F16", "BF16"}))  # every GGML quant type blazr reads
 NMSE_MAX = 1e-10
 # (T, N, K): a single row; N not a multiple of the workgroup (64); K = 4096 + 256; T on both sides of the
 # matvec / matmul4 switch (4 tokens), including a token count that is not a multiple of 4.
@@ -31,11 +35,35 @@ def be():
     return get_backend("wgpu")
 
 
+# byte offsets of each type's float scale fields in its block: random bytes there could be inf or NaN
+_F16_SCALES = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,), "Q1_0": (0,)}
+_F16_SCALES |= {"Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
+_F16_SCALES |= {"TQ1_0": (52,), "TQ2_0": (64,), "IQ4_NL": (0,), "IQ4_XS": (0,), "IQ1_S": (0,)}
+_F16_SCALES |= {"IQ2_XXS": (0,), "IQ2_XS": (0,), "IQ2_S": (0,), "IQ3_XXS": (0,), "IQ3_S": (0,)}
+_F32_SCALES = {"Q8_1": (0, 4), "Q8_K": (0,)}
+
+
 def random_weight(fmt: str, n: int, k: int, rng) -> QuantWeight:
-    """Random blocks; clearing bit 6 of every byte keeps every f16 scale finite."""
+    """Uniformly random blocks (every code, grid index and sign pattern occurs) whose float scales are set
+    to +/- [0.5, 2): finite, and of one magnitude, so that every block counts in the NMSE. NVFP4's e4m3
+    scales are finite for every byte."""
     block_elems, block_bytes = block_info(fmt)
     k = block_elems * max(1, k // block_elems)
-    raw = rng.integers(0, 256, size=(n, k // block_elems * block_bytes), dtype=np.uint8) & 0xBF
+    raw = rng.integers(0, 256, size=(n, k // block_elems * block_bytes), dtype=np.uint8)
+    blocks = raw.reshape(-1, block_bytes)  # a view: the scale fields are written into raw
+    count = len(blocks)
+    scales = rng.uniform(0.5, 2.0, size=(count, 4)) * rng.choice([-1.0, 1.0], size=(count, 4))
+    for i, offset in enumerate(_F16_SCALES.get(fmt, ())):
+        blocks[:, offset : offset + 2] = scales[:, i : i + 1].astype(np.float16).view(np.uint8)
+    for i, offset in enumerate(_F32_SCALES.get(fmt, ())):
+        blocks[:, offset : offset + 4] = scales[:, i : i + 1].astype(np.float32).view(np.uint8)
+    if fmt == "MXFP4":  # e8m0 exponent byte: 2^(e - 128) per ggml's half table, here 2^-8 .. 2^7
+        blocks[:, 0] = rng.integers(120, 136, size=count)
+    if fmt == "IQ1_M":  # d f16 spread over the top nibbles of the four u16 scale words at byte 48
+        d_bits = scales[:, 0].astype(np.float16).view(np.uint16)
+        words = blocks[:, 48:56].view(np.uint16)  # (count, 4)
+        words &= 0x0FFF
+        words |= ((d_bits[:, None] >> np.array([0, 4, 8, 12], np.uint16)) & 0xF) << 12
     return QuantWeight(raw, fmt, (n, k))
 
 
@@ -92,8 +120,29 @@ def test_a_packed_weight_past_the_binding_limit_is_split_into_row_blocks(be, rng
 
 def test_f16_models_get_dense_weights(be):
     assert not be.supports("matmul", "f16", "Q4_0")
+    assert not be.supports("matmul", "f16", "IQ2_XXS")
     assert not be.supports("matmul_experts", "f32", "Q4_0")
-    assert not be.supports("matmul", "f32", "IQ2_XXS")
+
+
+def test_packed_weights_count_at_their_block_size(be):
+    from types import SimpleNamespace
+
+    from blazr.quant import row_bytes
+
+    tensors = {fmt: SimpleNamespace(shape=(3, 512), dtype=fmt, quantized=True) for fmt in FORMATS}
+    assert be.weight_formats == PACKED_FORMATS
+    assert device_weight_bytes(tensors, "f32", PACKED_FORMATS) == sum(3 * row_bytes(f, 512) for f in FORMATS)
+    assert device_weight_bytes(tensors, "f16", PACKED_FORMATS) == len(FORMATS) * 3 * 512 * 2  # dense f16
+
+
+def test_an_iq_codebook_goes_to_the_device_once(be, rng):
+    """IQ1_S and IQ1_M share one codebook buffer; the other formats bind none."""
+    x = be.upload(rng.standard_normal((1, 256)).astype(np.float32))
+    for fmt in ("IQ1_S", "IQ1_M", "IQ1_S"):
+        be.matmul(x, random_weight(fmt, 2, 256, rng))
+    codebook = be._codebook("IQ1_S")["codebook"]
+    assert be._codebook("IQ1_M")["codebook"] is codebook and codebook.buf.nbytes == 2048 * 8 + 4
+    assert be._codebook("Q4_K") == {} and be._codebook("IQ4_XS") == {}
 
 
 @pytest.mark.registry
@@ -156,17 +205,18 @@ def test_a_residual_add_and_the_next_rms_norm_are_one_dispatch(be, rng):
     np.testing.assert_array_equal(be.download(total), a + b)  # the sum is still written
 
 
-def test_a_packed_gate_up_matvec_and_its_glu_are_one_dispatch(be, rng):
+@pytest.mark.parametrize("fmt", ["Q4_1", "IQ3_S"])  # IQ3_S: the fused dispatch keeps the codebook binding
+def test_a_packed_gate_up_matvec_and_its_glu_are_one_dispatch(be, fmt, rng):
     from tests import reference
 
-    w = random_weight("Q4_1", 2 * 70, 256, rng)  # (2F, K), F = 70: not a multiple of the workgroup
-    x = rng.standard_normal((2, 256)).astype(np.float32)
+    w = random_weight(fmt, 2 * 70, 256, rng)  # (2F, K), F = 70: not a multiple of the workgroup
+    x = (rng.standard_normal((2, 256)) / 64).astype(np.float32)  # the reference silu's exp stays in range
     dx = be.upload(x)
     be.sync()
     gate_up = be.matmul(dx, w)
     h = be.glu(gate_up[:, :70], gate_up[:, 70:], "silu")
     assert be.rt.pending_count == 1
-    want = x.astype(np.float64) @ dequantize(w.blocks, "Q4_1", w.shape).T.astype(np.float64)
+    want = x.astype(np.float64) @ dequantize(w.blocks, fmt, w.shape).T.astype(np.float64)
     assert nmse(be.download(gate_up).astype(np.float64), want) <= NMSE_MAX
     assert (
         nmse(be.download(h).astype(np.float64), reference.glu(want[:, :70], want[:, 70:], "silu")) <= NMSE_MAX

@@ -3,6 +3,8 @@ the shaders/matmul_<format>.wgsl kernels, which dequantize in registers (a mixin
 
 A host QuantWeight goes to the device once, on first use, as raw bytes (u32 words, one spare word past the
 end for unaligned reads); a weight larger than one binding is split into row blocks, each within the limit.
+The IQ grid formats also read a codebook (blazr/quant/iq_grids.py), uploaded once per device and bound as
+`codebook`; a storage binding keeps the 2-16 KiB tables out of the shader source.
 """
 
 from __future__ import annotations
@@ -14,9 +16,49 @@ import numpy as np
 
 from blazr.backends.wgpu_array import GpuBuffer, WgpuArray
 from blazr.errors import UnsupportedError
-from blazr.quant import QuantRowStack, QuantWeight
+from blazr.quant import QuantRowStack, QuantWeight, iq_grids
 
-PACKED_FORMATS = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
+# format -> (values per block, decode units per block), as BLOCK_ELEMS and UNITS in its shader
+# shaders/matmul_<format>.wgsl; a kernel's embed entry runs one invocation per unit
+_UNITS = {
+    "Q4_0": (32, 4),
+    "Q4_1": (32, 4),
+    "Q5_0": (32, 4),
+    "Q5_1": (32, 4),
+    "Q8_0": (32, 8),
+    "Q8_1": (32, 8),
+    "Q1_0": (128, 4),
+    "MXFP4": (32, 4),
+    "NVFP4": (64, 8),
+    "Q2_K": (256, 16),
+    "Q3_K": (256, 16),
+    "Q4_K": (256, 32),
+    "Q5_K": (256, 32),
+    "Q6_K": (256, 16),
+    "Q8_K": (256, 16),
+    "TQ1_0": (256, 16),
+    "TQ2_0": (256, 16),
+    "IQ4_NL": (32, 4),
+    "IQ4_XS": (256, 32),
+    "IQ1_S": (256, 32),
+    "IQ1_M": (256, 32),
+    "IQ2_XXS": (256, 32),
+    "IQ2_XS": (256, 32),
+    "IQ2_S": (256, 32),
+    "IQ3_XXS": (256, 32),
+    "IQ3_S": (256, 32),
+}
+PACKED_FORMATS = tuple(_UNITS)
+# the codebook an IQ kernel reads through its `codebook` binding: rows of int8 values, one after another
+_CODEBOOKS = {
+    "IQ1_S": iq_grids.IQ1_GRID,
+    "IQ1_M": iq_grids.IQ1_GRID,
+    "IQ2_XXS": iq_grids.IQ2_XXS_GRID,
+    "IQ2_XS": iq_grids.IQ2_XS_GRID,
+    "IQ2_S": iq_grids.IQ2_S_GRID,
+    "IQ3_XXS": iq_grids.IQ3_XXS_GRID,
+    "IQ3_S": iq_grids.IQ3_S_GRID,
+}
 
 
 @dataclass
@@ -74,6 +116,16 @@ class PackedOps:
         rt.write(buf, memoryview(padded))
         return WgpuArray(self, buf, (nbytes // 4,), "i32")
 
+    def _codebook(self, fmt: str) -> dict[str, WgpuArray]:
+        """{"codebook": fmt's codebook on this device} for an IQ grid format (uploaded once), else {}."""
+        table = _CODEBOOKS.get(fmt)
+        if table is None:
+            return {}
+        cache = self.__dict__.setdefault("_codebook_cache", {})
+        if id(table) not in cache:  # every codebook value is a small integer: int8 bytes hold it exactly
+            cache[id(table)] = self._upload_words(table.astype(np.int8).view(np.uint8))
+        return {"codebook": cache[id(table)]}
+
     def matmul_packed(self, x: WgpuArray, w: QuantWeight | QuantRowStack) -> WgpuArray:
         dtype = x.dtype if x.dtype in self.act_dtypes else "f32"
         x = self._rows(x, dtype)
@@ -105,7 +157,7 @@ class PackedOps:
             }
             params |= {"out_stride": out.shape[1], "ids_off": 0, "row_lo": 0, "row_hi": 0, "glu_off": 0}
             target = out[:, column + part.start : column + part.start + part.rows]
-            arrays = {"w": part.words, "x4": x, "out": target}
+            arrays = {"w": part.words, "x4": x, "out": target} | self._codebook(dev.format)
             grid = (-(-part.rows // self.WG), -(-t // rows_per_group), 1)
             self._run(op, arrays, params, grid, entry, (("T", out.dtype),))
             if entry == "matvec" and len(dev.parts) == 1 and column == 0 and part.rows == out.shape[1]:
@@ -129,13 +181,8 @@ class PackedOps:
                     "row_hi": part.start + part.rows,
                     "glu_off": 0,
                 }
-                arrays = {"w": part.words, "ids": ids, "out": out}
+                arrays = {"w": part.words, "ids": ids, "out": out} | self._codebook(dev.format)
                 op = "matmul_" + dev.format.lower()
                 grid = (-(-units // self.WG), ids.shape[0], 1)
                 self._run(op, arrays, params | {"x_off": 0}, grid, "embed", (("T", dtype),))
         return out
-
-
-# (values per block, decode units per block), as BLOCK_ELEMS and UNITS in each shader
-_UNITS = {"Q4_0": (32, 4), "Q4_1": (32, 4), "Q8_0": (32, 8), "Q4_K": (256, 32), "Q5_K": (256, 32)}
-_UNITS["Q6_K"] = (256, 16)

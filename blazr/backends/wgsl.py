@@ -3,7 +3,7 @@
 A shader is plain WGSL: `shaders/<op>.wgsl`. Its dtypes come from `alias X = f32;` lines that the loader
 rewrites (adding `enable f16;` when one becomes f16); everything numeric is an `override` constant set
 through the pipeline. Shared function libraries (`shaders/_<name>.wgsl`) are prepended for the ops that
-list them in LIBRARIES, so no shader needs a preprocessor.
+list them in LIBRARIES (and for every packed-weight kernel), so no shader needs a preprocessor.
 """
 
 from __future__ import annotations
@@ -20,14 +20,12 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
     "act": ("activations",),
     "glu": ("activations",),
     **{
-        f"matmul_{fmt}": ("activations", "qmatmul")
-        for fmt in ("q4_0", "q4_1", "q8_0", "q4_k", "q5_k", "q6_k")
-    },
-    **{
         op: ("reduce",)
         for op in ("rms_norm", "add_rms_norm", "layer_norm", "softmax", "attention", "topk", "sample")
     },
 }
+# every shaders/matmul_<format>.wgsl but matmul_experts multiplies packed blocks with this library
+PACKED_MATMUL_LIBRARIES = ("activations", "qmatmul")
 WGSL_TYPES = {"f32": "f32", "f16": "f16"}
 _ALIAS = re.compile(r"^alias (\w+) = f32;", re.M)
 _PARAMS = re.compile(r"struct Params \{(.*?)\}", re.S)
@@ -78,11 +76,17 @@ def _scalar(value, kind: str):
     return float(value) if kind == "f32" else int(value)
 
 
+def _libraries(op: str) -> tuple[str, ...]:
+    if op.startswith("matmul_") and op != "matmul_experts":
+        return PACKED_MATMUL_LIBRARIES
+    return LIBRARIES.get(op, ())
+
+
 @cache
 def load_shader(op: str, aliases: tuple[tuple[str, str], ...] = ()) -> Shader:
     """shaders/<op>.wgsl with each `alias X = f32;` set from aliases (("T", "f16"), ...)."""
     wanted = dict(aliases)
-    body = "\n".join([_read("_" + lib) for lib in LIBRARIES.get(op, ())] + [_read(op)])
+    body = "\n".join([_read("_" + lib) for lib in _libraries(op)] + [_read(op)])
 
     def rewrite(match: re.Match) -> str:
         return f"alias {match.group(1)} = {WGSL_TYPES[wanted.get(match.group(1), 'f32')]};"
