@@ -176,3 +176,11 @@ def test_weights_past_the_binding_limit_are_split_into_row_blocks(be, rng, monke
     for t in (1, 3):  # the matvec and the tiled kernels
         got = be.download(be.matmul(be.upload(x[:t]), dev))
         assert_close("matmul", "f32", got, reference.matmul(x[:t], table))
+
+
+def test_a_matmul_whose_features_do_not_match_the_weight_is_refused(be, rng):
+    from blazr.errors import UnsupportedError
+
+    w = be.upload(rng.standard_normal((4, 16)).astype(np.float32))
+    with pytest.raises(UnsupportedError, match="17 features but the weight has 16"):
+        be.matmul(be.upload(rng.standard_normal((2, 17)).astype(np.float32)), w)

@@ -185,6 +185,8 @@ class Backend(SelectionSequenceOps, PackedOps, FusionOps):
         parts = self._row_blocks(w, "matmul")
         dtype = self._compute_dtype(w.dtype)
         x = self._rows(x, dtype)
+        if x.shape[1] != w.shape[1]:  # a kernel would read past x's rows instead of failing
+            raise UnsupportedError(f"matmul: x has {x.shape[1]} features but the weight has {w.shape[1]}")
         t, n = x.shape[0], w.shape[0]
         out = self.empty((t, n), dtype)  # (T, N)
         if out.size:
