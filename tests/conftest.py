@@ -38,12 +38,16 @@ def _available_backends() -> list[str]:
 
 
 AVAILABLE_BACKENDS = _available_backends()
+# "cpu-numpy": the cpu backend without its numba kernels, so the numpy path every op falls back to stays tested
+_FIXTURE_BACKENDS = AVAILABLE_BACKENDS + ["cpu-numpy"]
 
 
-@pytest.fixture(params=AVAILABLE_BACKENDS, scope="session")
+@pytest.fixture(params=_FIXTURE_BACKENDS, scope="session")
 def backend(request):
     from blazr.backends import get_backend
 
+    if request.param == "cpu-numpy":
+        return get_backend("cpu", fast_kernels=False)
     return get_backend(request.param)
 
 

@@ -157,6 +157,10 @@ ATTENTION_CASES = {
     "window_decode": (4, 4, 8, 4, [(40, 1)], False, 5, 0.0),
     "window_batch": (6, 3, 8, 8, [(20, 4), (9, 9), (41, 1)], True, 7, 0.0),
     "softcap": (4, 2, 16, 4, [(20, 4), (12, 12)], True, 0, 5.0),
+    # a decode step of several sequences (the cpu backend's one-query kernel): paged, windowed, capped
+    "decode_batch4_shuffled": (9, 3, 64, 16, [(33, 1), (1, 1), (70, 1), (16, 1)], True, 0, 0.0),
+    "decode_batch_window": (4, 2, 8, 4, [(40, 1), (3, 1), (9, 1)], True, 5, 0.0),
+    "decode_batch_softcap": (4, 1, 16, 8, [(20, 1), (12, 1)], True, 0, 5.0),
 }
 
 

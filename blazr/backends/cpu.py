@@ -2,6 +2,7 @@
 
 Quantized GGUF weights stay packed (blazr.quant.QuantWeight): matmul and embed read the blocks with the
 numba kernels of blazr.quant.cpu_kernels when numba is installed, else with the numpy reference path.
+With numba, RMSNorm, RoPE, KV writes and decode attention run as one-pass kernels (blazr.backends.cpu_ops).
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ import importlib.util
 import numpy as np
 
 from blazr.backends.array_api import ArrayAPIBackend
-from blazr.backends.base import Array
+from blazr.backends.base import ROPE_STYLES, Array
 from blazr.errors import ConfigError
-from blazr.quant import DEQUANT_TYPES, QuantRowStack, QuantWeight
+from blazr.quant import DEQUANT_TYPES, INTERNAL_TYPES, QuantRowStack, QuantWeight
 
-# Every GGML block type the numpy dequantizer decodes can be multiplied packed (F16/BF16 are widened at load).
-PACKED_FORMATS = tuple(sorted(DEQUANT_TYPES - {"F32", "F16", "BF16"}))
+# Every GGML block type the numpy dequantizer decodes can be multiplied packed (F16/BF16 are widened at load),
+# and so can blazr's own formats (I4Z: AWQ/GPTQ int4).
+PACKED_FORMATS = tuple(sorted((DEQUANT_TYPES - {"F32", "F16", "BF16"}) | set(INTERNAL_TYPES)))
 HAS_NUMBA = importlib.util.find_spec("numba") is not None
 
 
@@ -38,6 +40,11 @@ class Backend(ArrayAPIBackend):
         if fast_kernels and not HAS_NUMBA:
             raise ConfigError("fast CPU kernels need numba; install it with: pip install numba")
         self.fast_kernels = HAS_NUMBA if fast_kernels is None else bool(fast_kernels)
+        self._ops = None
+        if self.fast_kernels:
+            from blazr.backends import cpu_ops
+
+            self._ops = cpu_ops
 
     def _quant_module(self, fmt: str):
         """The kernel module for one format: numba kernels where they exist, else the numpy reference."""
@@ -58,10 +65,61 @@ class Backend(ArrayAPIBackend):
         if isinstance(w, QuantRowStack):
             return np.concatenate([self.matmul(x, part) for part in w.parts], axis=1)  # (T, N)
         if isinstance(w, QuantWeight):
+            x = x if w.perm is None else x[:, w.perm]  # (T, K) in the packed column order (GPTQ act-order)
             return self._quant_module(w.format).matmul(x, w)  # (T, N)
         return super().matmul(x, w)
 
     def embed(self, table: Array, ids: Array) -> Array:
         if isinstance(table, QuantWeight):
-            return self._quant_module(table.format).embed(table, ids)  # (T, K)
+            rows = self._quant_module(table.format).embed(table, ids)  # (T, K) in packed column order
+            if table.perm is None:
+                return rows
+            out = np.empty_like(rows)  # (T, K)
+            out[:, table.perm] = rows
+            return out
         return super().embed(table, ids)
+
+    # ---- one-pass numba kernels for the small per-token ops (float32 only; else the numpy versions) -------
+    def rms_norm(self, x: Array, w: Array, eps: float) -> Array:
+        if self._ops is None or not _all_f32(x, w) or x.ndim != 2:
+            return super().rms_norm(x, w, eps)
+        out = np.empty(x.shape, dtype=np.float32)  # (T, D)
+        self._ops.rms_norm(x, w, float(eps), out)
+        return out
+
+    def rope(
+        self, x: Array, positions: Array, inv_freq: Array, style: str, rot_dim: int | None = None
+    ) -> Array:
+        if self._ops is None or not _all_f32(x) or style not in ROPE_STYLES or x.ndim != 3:
+            return super().rope(x, positions, inv_freq, style, rot_dim)
+        cos, sin = self._rope_table(positions, inv_freq, np.float32)  # (T, 1, R/2) each
+        rot = x.shape[-1] if rot_dim is None else int(rot_dim)
+        out = np.empty(x.shape, dtype=np.float32)  # (T, H, Dh)
+        self._ops.rope(x, cos[:, 0], sin[:, 0], style == "neox", rot, out)
+        return out
+
+    def kv_write(self, k_cache: Array, v_cache: Array, k: Array, v: Array, slots: Array) -> None:
+        if self._ops is None or not _all_f32(k_cache, v_cache, k, v):
+            return super().kv_write(k_cache, v_cache, k, v, slots)
+        self._ops.kv_write(k_cache, v_cache, k, v, np.asarray(slots, dtype=np.int32))
+
+    def attention(
+        self, q, k_cache, v_cache, block_tables, ctx_lens, q_lens, block_size, scale, window=0, softcap=0.0
+    ):
+        # one query per sequence (a decode step): the numba kernel; prefills keep numpy's batched BLAS matmuls
+        if self._ops is None or not _all_f32(q, k_cache, v_cache) or int(np.max(q_lens)) != 1:
+            return super().attention(
+                q, k_cache, v_cache, block_tables, ctx_lens, q_lens, block_size, scale, window, softcap
+            )
+        out = np.empty(q.shape, dtype=np.float32)  # (B, H, Dh)
+        tables = np.asarray(block_tables, dtype=np.int32)  # (B, max_blocks)
+        ctx = np.asarray(ctx_lens, dtype=np.int32)  # (B,)
+        self._ops.attention_decode(
+            q, k_cache, v_cache, tables, ctx, int(block_size), np.float32(scale), int(window),
+            np.float32(softcap), out,
+        )  # fmt: skip
+        return out
+
+
+def _all_f32(*arrays) -> bool:
+    return all(isinstance(a, np.ndarray) and a.dtype == np.float32 for a in arrays)
