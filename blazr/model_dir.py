@@ -144,12 +144,13 @@ class ModelEntry:
 
     @property
     def quant(self) -> str:
-        """The most common quantized type, else quantization_config, else the most common dtype."""
+        """quantization_config (e.g. "awq 4-bit g128": AWQ/GPTQ tensors load as blazr's own I4Z), else the most
+        common quantized type, else the most common dtype."""
+        if self.quantization:
+            return self.quantization
         quantized = {k: v for k, v in self.quant_types.items() if k not in DENSE_TYPES}
         if quantized:
             return max(quantized, key=lambda k: quantized[k])
-        if self.quantization:
-            return self.quantization
         return max(self.quant_types, key=lambda k: self.quant_types[k]) if self.quant_types else "?"
 
 
@@ -213,12 +214,23 @@ def architecture_name(config: dict) -> str:
 
 
 def quantization_name(config: dict) -> str:
-    """quantization_config's method and bits, e.g. "awq 4-bit"; "" when the config has none."""
+    """quantization_config's method, bits, group size and GPTQ act-order, e.g. "awq 4-bit g128" or
+    "gptq 4-bit g128 act-order"; "" when the config has none (the loader fills it from quant_config.json)."""
     qc = config.get("quantization_config") or {}
     if not isinstance(qc, dict) or not qc.get("quant_method"):
         return ""
+    words = [str(qc["quant_method"])]
     bits = qc.get("bits") or qc.get("w_bit")
-    return f"{qc['quant_method']} {bits}-bit" if bits else str(qc["quant_method"])
+    if bits:
+        words.append(f"{bits}-bit")
+    group = qc.get("group_size", qc.get("q_group_size"))
+    if isinstance(group, int) and group > 0:
+        words.append(f"g{group}")
+    elif group == -1:
+        words.append("per-channel")
+    if qc.get("desc_act"):
+        words.append("act-order")
+    return " ".join(words)
 
 
 def count_parameters(tensors: Iterable) -> int:

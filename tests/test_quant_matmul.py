@@ -4,7 +4,8 @@ product of the dequantized weights.
 Tolerance: activations stay float32 (they are not quantized to 8 bit), so the packed product differs from the
 exact float64 one only by float32 rounding of the decoded weights' products and sums: relative error about
 1e-7 * sqrt(K). The normalised squared error (NMSE) bound of 1e-10 is that with a wide margin for every type;
-the weights themselves are exact, because the reference dequantizes the very same blocks.
+the weights themselves are exact, because the reference dequantizes the very same blocks. The numba row
+decoders are also checked alone: they must reproduce the numpy spec (ggml_blocks.dequantize) bit for bit.
 """
 
 from __future__ import annotations
@@ -18,7 +19,12 @@ from blazr.errors import CheckpointError
 from blazr.quant import QuantWeight, block_info, stack_rows
 from blazr.quant.ggml_blocks import dequantize
 
-FAST_FORMATS = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+# Q4_0 and Q5_0 fold their offset into q * d + m (m = -8d, -16d): +0.0 where the spec's (q - 8) * d gives
+# -0.0 for a negative d, so for them decode equality is by value (-0.0 == 0.0), for every other type by bits.
+SIGNED_ZERO_ONLY = {"Q4_0", "Q5_0"}
+# No f16/f32 scale field: every byte pattern decodes to a finite or overflowing (inf) value, no NaN.
+ANY_BYTES_OK = {"MXFP4", "NVFP4"}
+needs_numba = pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed")
 NMSE_MAX = {fmt: 1e-10 for fmt in PACKED_FORMATS}  # f32 rounding only; see the module docstring
 # (T, N, K): a single row, rows not a multiple of the thread tasks, K = 4096 + 256, and T on both sides of
 # the decode/prefill switch (cpu_kernels.GEMM_MIN_TOKENS).
@@ -32,13 +38,13 @@ def kernel_paths():
     return paths
 
 
-def random_weight(fmt: str, n: int, k: int, rng) -> QuantWeight:
-    """Random blocks of `fmt`. Clearing bit 6 of every byte keeps every f16/f32/e8m0 scale field finite
-    (its exponent's top bit is then 0), whatever the field offsets of the type."""
+def random_weight(fmt: str, n: int, k: int, rng, byte_mask: int = 0xBF) -> QuantWeight:
+    """Random blocks of `fmt`. Clearing bit 6 of every byte (the default mask) keeps every f16/f32/e8m0 scale
+    field finite (its exponent's top bit is then 0), whatever the field offsets of the type."""
     block_elems, block_bytes = block_info(fmt)
     if k % block_elems:
         k = block_elems * max(1, k // block_elems)
-    raw = rng.integers(0, 256, size=(n, k // block_elems * block_bytes), dtype=np.uint8) & 0xBF
+    raw = rng.integers(0, 256, size=(n, k // block_elems * block_bytes), dtype=np.uint8) & byte_mask
     return QuantWeight(raw, fmt, (n, k))
 
 
@@ -61,13 +67,39 @@ def test_matmul_matches_dequantized_f64(fmt, fast, rng):
 
 
 @pytest.mark.parametrize("fast", kernel_paths())
-@pytest.mark.parametrize("fmt", FAST_FORMATS)
+@pytest.mark.parametrize("fmt", PACKED_FORMATS)
 def test_embed_decodes_exactly_the_rows(fmt, fast, rng):
     be = CPUBackend(fast_kernels=fast)
     w = random_weight(fmt, 40, 512, rng)
     ids = np.array([3, 0, 39, 3], dtype=np.int32)
     got = be.download(be.embed(w, be.upload(ids)))
     np.testing.assert_array_equal(got, dequantize(w.blocks, fmt, w.shape)[ids])
+
+
+@needs_numba
+def test_every_packed_format_has_a_numba_decoder():
+    """Without one a format silently takes the slow numpy path on the fast backend."""
+    from blazr.quant import cpu_kernels
+
+    assert set(PACKED_FORMATS) <= set(cpu_kernels.FORMATS)
+    be = CPUBackend(fast_kernels=True)
+    assert all(be._quant_module(fmt) is cpu_kernels for fmt in PACKED_FORMATS)
+
+
+@needs_numba
+@pytest.mark.parametrize("fmt", PACKED_FORMATS)
+def test_numba_decode_matches_the_numpy_spec_bit_for_bit(fmt, rng):
+    from blazr.quant import cpu_kernels
+
+    for mask in (0xBF, 0xFF) if fmt in ANY_BYTES_OK else (0xBF,):
+        for n, k in ((1, 256), (7, 4096 + 256), (33, 512)):
+            w = random_weight(fmt, n, k, rng, byte_mask=mask)
+            got, want = cpu_kernels.dequantize(w), dequantize(w.blocks, fmt, w.shape)  # (n, K) each
+            assert got.shape == want.shape and got.dtype == np.float32
+            if fmt in SIGNED_ZERO_ONLY:
+                np.testing.assert_array_equal(got, want)
+            else:
+                np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32), err_msg=fmt)
 
 
 @pytest.mark.parametrize("fast", kernel_paths())

@@ -23,6 +23,7 @@ from blazr.quant import QuantRowStack, QuantWeight, iq_grids
 _UNITS = {
     "Q4_0": (32, 4),
     "Q4_1": (32, 4),
+    "I4Z": (32, 4),  # blazr's AWQ/GPTQ int4 (blazr.quant.int4)
     "Q5_0": (32, 4),
     "Q5_1": (32, 4),
     "Q8_0": (32, 8),
@@ -76,6 +77,7 @@ class DevicePacked:
     shape: tuple[int, int]  # (N, K)
     row_bytes: int
     parts: list[PackedRows]
+    perms: tuple[WgpuArray, WgpuArray] | None = None  # GPTQ act-order: (perm, its inverse) as i32 (K,)
 
     @property
     def nbytes(self) -> int:
@@ -102,7 +104,18 @@ class PackedOps:
         for start in range(0, n, per_part):
             rows = min(per_part, n - start)
             parts.append(PackedRows(start, rows, self._upload_words(w.blocks[start : start + rows])))
-        return DevicePacked(w.format, w.shape, row_bytes, parts)
+        perms = None
+        if w.perm is not None:  # GPTQ act-order: x is gathered into the packed order before each matmul
+            perms = (self.upload(w.perm), self.upload(np.argsort(w.perm).astype(np.int32)))
+        return DevicePacked(w.format, w.shape, row_bytes, parts, perms)
+
+    def _gather_cols(self, x: WgpuArray, perm: WgpuArray) -> WgpuArray:
+        """x (T, K) with columns perm (K,): into a weight's packed column order, or back with the inverse."""
+        (t, k), out = x.shape, self.empty(x.shape, x.dtype)  # (T, K)
+        if out.size:
+            params = {"k": k, "x_stride": x.row_stride}
+            self._run("gather_cols", {"x": x, "perm": perm, "out": out}, params, (-(-k // self.WG), t, 1))
+        return out
 
     def _upload_words(self, blocks: np.ndarray) -> WgpuArray:
         """Raw block bytes as u32 words in a buffer of their exact size (plus the spare word)."""
@@ -136,7 +149,9 @@ class PackedOps:
         if out.size:
             column = 0
             for part in w.parts if isinstance(w, QuantRowStack) else (w,):
-                self._matmul_packed_into(x, self._device_packed(part), out, column)
+                dev = self._device_packed(part)
+                xp = x if dev.perms is None else self._gather_cols(x, dev.perms[0])  # (T, K) packed order
+                self._matmul_packed_into(xp, dev, out, column)
                 column += part.shape[0]
         return out
 
@@ -185,4 +200,4 @@ class PackedOps:
                 op = "matmul_" + dev.format.lower()
                 grid = (-(-units // self.WG), ids.shape[0], 1)
                 self._run(op, arrays, params | {"x_off": 0}, grid, "embed", (("T", dtype),))
-        return out
+        return out if dev.perms is None else self._gather_cols(out, dev.perms[1])  # (T, K) input order

@@ -12,6 +12,7 @@ import numpy as np
 
 from blazr.errors import CheckpointError, UnsupportedError
 from blazr.loaders import Checkpoint, LazyTensor
+from blazr.loaders.awq_gptq import repack_int4
 
 HEADER_LEN_BYTES = 8
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format caps the JSON header at 100 MB
@@ -60,10 +61,13 @@ def open_safetensors(path: Path, user_path: Path | None = None) -> Checkpoint:
         tensors, files = read_sharded(path)
     else:
         tensors, files = read_safetensors_file(path), [path]
+    config = read_config(path.parent)
+    # AWQ/GPTQ: each layer's qweight/qzeros/scales(/g_idx) become one int4 `<layer>.weight`
+    tensors = repack_int4(tensors, config, path.parent)
     return Checkpoint(
         path=user_path or path,
         format="safetensors",
-        config=read_config(path.parent),
+        config=config,
         tensors=tensors,
         directory=path.parent,
         files=files,

@@ -133,7 +133,9 @@ def weight_uploader(backend, dtype: str) -> WeightUploader:
 def packed_weight(tensor):
     from blazr.quant import QuantWeight
 
-    return QuantWeight(tensor.load_blocks(), tensor.dtype, tuple(tensor.shape))
+    # input_perm: the packed column order of a GPTQ act-order weight (blazr.loaders.awq_gptq), else None
+    perm = getattr(tensor, "input_perm", None)
+    return QuantWeight(tensor.load_blocks(), tensor.dtype, tuple(tensor.shape), perm)
 
 
 def load_tensor(get: Callable[[str], Any], name: str, upload: Callable[[Any], Array]) -> Array:

@@ -33,6 +33,10 @@ def _build_table() -> dict[str, GGMLType]:
 
 GGML_TYPES: dict[str, GGMLType] = _build_table()
 GGML_TYPES_BY_ID: dict[int, GGMLType] = {t.ggml_id: t for t in GGML_TYPES.values()}
+# blazr's own block formats, made at load from other checkpoint formats (never read from a GGUF file, so no
+# GGML id): I4Z holds AWQ and GPTQ int4 weights, v = (q - z) * d exactly (blazr.quant.int4). block_info and
+# ggml_blocks.dequantize take them too; DEQUANT_TYPES below stays the GGML types only.
+INTERNAL_TYPES: dict[str, GGMLType] = {"I4Z": GGMLType("I4Z", -1, 32, 20)}
 
 # The types `blazr.quant.ggml_blocks.dequantize` handles; a test keeps this equal to its dispatch table.
 DEQUANT_TYPES: frozenset[str] = frozenset(
@@ -56,7 +60,7 @@ def ggml_type_name(type_id: int | GGMLQuantizationType) -> str:
 
 def block_info(name: str) -> tuple[int, int]:
     """(elements per block, bytes per block) of a GGML type name."""
-    ggml_type = GGML_TYPES.get(name)
+    ggml_type = GGML_TYPES.get(name) or INTERNAL_TYPES.get(name)
     if ggml_type is None:
         raise unsupported_type(name)
     return ggml_type.block_elems, ggml_type.block_bytes
@@ -81,11 +85,14 @@ class QuantWeight:
 
     `blocks` is (N, row_bytes) uint8, one row of whole blocks per output feature, rows in HF order (what
     `GGUFTensor.load_blocks()` returns); `shape` is the logical (N, K) of the dense weight.
+    `perm` (GPTQ act-order) says the blocks hold the input features in another order: packed column j is
+    input feature perm[j], so a backend multiplies x[:, perm] by the blocks (blazr.quant.int4).
     """
 
     blocks: np.ndarray  # (N, row_bytes) uint8
     format: str  # GGML type name, e.g. "Q4_K"
     shape: tuple[int, int]  # (N, K)
+    perm: np.ndarray | None = None  # (K,) int32, or None: the columns are in input order
 
     def __post_init__(self):
         n, k = self.shape
@@ -94,6 +101,8 @@ class QuantWeight:
                 f"{self.format} weight of shape {self.shape} needs ({n}, {row_bytes(self.format, k)}) uint8 "
                 f"blocks, got {self.blocks.shape} {self.blocks.dtype}"
             )
+        if self.perm is not None and (self.perm.shape != (k,) or self.perm.dtype != np.int32):
+            raise CheckpointError(f"{self.format} weight of {k} columns has a bad column order {self.perm!r}")
 
     @property
     def nbytes(self) -> int:
@@ -105,16 +114,25 @@ class QuantWeight:
 
     def rows(self, start: int, stop: int) -> QuantWeight:
         """Rows start..stop-1 as a QuantWeight sharing these blocks."""
-        return QuantWeight(self.blocks[start:stop], self.format, (stop - start, self.shape[1]))
+        return QuantWeight(self.blocks[start:stop], self.format, (stop - start, self.shape[1]), self.perm)
+
+
+def _same_layout(a: QuantWeight, b: QuantWeight) -> bool:
+    """One format, row length and column order: rows of both can share one matmul."""
+    if a.format != b.format or a.shape[1] != b.shape[1]:
+        return False
+    return a.perm is b.perm or (a.perm is not None and b.perm is not None and np.array_equal(a.perm, b.perm))
 
 
 def concat_rows(weights: list[QuantWeight]) -> QuantWeight:
     """Stack the rows of same-format packed weights (fused q/k/v or gate/up): blocks never span rows."""
-    fmt, k = weights[0].format, weights[0].shape[1]
-    if any(w.format != fmt or w.shape[1] != k for w in weights):
-        raise UnsupportedError("only packed weights of one format and row length can be concatenated")
+    first = weights[0]
+    if any(not _same_layout(first, w) for w in weights):
+        raise UnsupportedError(
+            "only packed weights of one format, row length and column order can be concatenated"
+        )
     blocks = np.concatenate([w.blocks for w in weights], axis=0)  # (sum N, row_bytes)
-    return QuantWeight(blocks, fmt, (len(blocks), k))
+    return QuantWeight(blocks, first.format, (len(blocks), first.shape[1]), first.perm)
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,10 +160,11 @@ class QuantRowStack:
 
 
 def stack_rows(weights: list[QuantWeight]) -> QuantWeight | QuantRowStack:
-    """One packed weight from several with the same row length: runs of one format are concatenated."""
+    """One packed weight from several with the same row length: runs of one format (and column order) are
+    concatenated."""
     runs: list[list[QuantWeight]] = []
     for w in weights:
-        if runs and runs[-1][0].format == w.format:
+        if runs and _same_layout(runs[-1][0], w):
             runs[-1].append(w)
         else:
             runs.append([w])

@@ -1,17 +1,18 @@
 """numba row decoders for the GGML block types: one packed row (row_bytes,) uint8 -> (K,) float32.
 
-`decode_row(fmt, row, f16, out)` is resolved when a kernel is compiled: `fmt`, the type name, must be a
-compile-time literal (the kernels call numba.literally on it), so each format compiles only its own decoder,
-on first use (one dispatch over every decoder took ~11 s to compile before the first token of any model), and
-numba's on-disk cache keys each kernel by its format name.
-
-Each follows the block layout of blazr.quant.ggml_blocks (the numpy spec). The row and the output are viewed
-as n-d arrays (block, field, lane) so every index is a loop variable plus a constant, and the lane loops run
-to a bound read from an array shape: LLVM then vectorises them (a fixed 16- or 32-trip loop is fully unrolled
-into scalar code instead, and `base + i` index arithmetic keeps the wrap-around checks in the loop).
+`decode_row(tag, row, f16, out)` picks the format's decoder when a kernel is compiled: `tag` is
+`format_tag(fmt)`, a zero-length array whose dtype names the format, so numba compiles, and caches on disk,
+one specialization per format, on first use (one dispatch over every decoder took ~11 s to compile before the
+first token of any model). A numba.literally format argument would do the same but re-types on every call
+from Python (2.6 ms a call, measured). The tag also carries a hash of the decoder sources: numba keys its disk
+cache on the caller's own file only, so an edited decoder would otherwise keep running its old compiled code.
 """
 
 from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
 
 import numpy as np
 from numba import njit, types
@@ -30,7 +31,7 @@ def _half(blk, b, o, f16):
 # ---- 32-value blocks ------------------------------------------------------------------------------------
 
 
-@njit(cache=True, fastmath=True)
+@njit(inline="always")  # into each wrapper below, so has_min is a constant there
 def _q4(row, f16, out, has_min):
     """Q4_0 (d, qs[16]; offset 8) and Q4_1 (d, m, qs[16])."""
     nb = out.size // 32
@@ -46,7 +47,23 @@ def _q4(row, f16, out, has_min):
             y[b, 1, j] = np.float32(q >> 4) * d + m
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=True)
+def _i4z(row, f16, out):
+    """I4Z, blazr's AWQ/GPTQ int4 (d f16, z u16, qs[16]; v = (q - z) d): blazr.quant.int4."""
+    nb = out.size // 32
+    blk = row.reshape(nb, 20)
+    y = out.reshape(nb, 2, 16)  # (block, nibble, lane)
+    lanes = y.shape[2]
+    for b in range(nb):
+        d = _half(blk, b, 0, f16)
+        z = np.int32(blk[b, 2]) | (np.int32(blk[b, 3]) << 8)
+        for j in range(lanes):
+            q = np.int32(blk[b, 4 + j])
+            y[b, 0, j] = np.float32((q & 15) - z) * d
+            y[b, 1, j] = np.float32((q >> 4) - z) * d
+
+
+@njit(inline="always")
 def _q5(row, f16, out, block_bytes, has_min):
     """Q5_0 (d, qh[4], qs[16]; offset 16) and Q5_1 (d, m, qh[4], qs[16]). Flat indexing measured faster here
     than the block views: the 32-bit qh shifts vectorise either way."""
@@ -133,7 +150,7 @@ def _k_scale_min(blk, b, g):
     return sc, mn
 
 
-@njit(cache=True, fastmath=True)
+@njit(inline="always")
 def _q45_k(row, f16, out, five):
     """Q4_K (d, dmin, scales[12], qs[128]) and Q5_K (d, dmin, scales[12], qh[32], qs[128])."""
     nb = out.size // 256
@@ -187,12 +204,12 @@ def _q6_k(row, f16, out):
 # ---- one decoder per format, picked at compile time --------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=True)
 def _dec_q4_0(row, f16, out):
     _q4(row, f16, out, False)
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=True)
 def _dec_q4_1(row, f16, out):
     _q4(row, f16, out, True)
 
@@ -207,12 +224,12 @@ def _dec_q5_1(row, f16, out):
     _q5(row, f16, out, 24, True)
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=True)
 def _dec_q4_k(row, f16, out):
     _q45_k(row, f16, out, False)
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=True)
 def _dec_q5_k(row, f16, out):
     _q45_k(row, f16, out, True)
 
@@ -221,6 +238,7 @@ def _dec_q5_k(row, f16, out):
 DECODERS: dict = {
     "Q4_0": _dec_q4_0, "Q4_1": _dec_q4_1, "Q5_0": _dec_q5_0, "Q5_1": _dec_q5_1, "Q8_0": _q8_0,
     "Q2_K": _q2_k, "Q3_K": _q3_k, "Q4_K": _dec_q4_k, "Q5_K": _dec_q5_k, "Q6_K": _q6_k,
+    "I4Z": _i4z,
 }  # fmt: skip
 
 
@@ -229,18 +247,38 @@ def register_decoder(fmt: str, decoder) -> None:
     DECODERS[fmt] = decoder
 
 
-def decode_row(fmt, row, f16, out):
-    """Decode one packed row of format `fmt` (a compile-time literal type name) into out (K,) float32."""
+@functools.cache
+def format_tag(fmt: str) -> np.ndarray:
+    """The kernels' format argument: a zero-length array whose dtype has one field, "<fmt>:<sources hash>"."""
+    return np.empty(0, dtype=[(f"{fmt}:{_sources_hash()}", np.uint8)])
+
+
+def tag_format(tag) -> str:
+    """The format name a format_tag's numba type carries (for overloads resolved at compile time)."""
+    if not isinstance(tag, types.Array) or not isinstance(tag.dtype, types.Record):
+        raise TypingError("a quant kernel's format argument must be blazr.quant.cpu_blocks.format_tag(fmt)")
+    return next(iter(tag.dtype.fields)).partition(":")[0]
+
+
+@functools.cache
+def _sources_hash() -> str:
+    """A short hash of every module whose numba code the kernels compile in (the decoders and direct dots)."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("cpu_*.py")) + [Path(__file__).parent / "int4.py"]:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def decode_row(tag, row, f16, out):
+    """Decode one packed row of the format of `tag` (format_tag) into out (K,) float32."""
     raise NotImplementedError("decode_row runs only inside numba-compiled kernels")
 
 
-@overload(decode_row)
-def _decode_row_for(fmt, row, f16, out):
-    if not isinstance(fmt, types.StringLiteral):
-        raise TypingError("decode_row needs the format name as a literal (call numba.literally on it)")
-    decoder = DECODERS[fmt.literal_value]
+@overload(decode_row, inline="always")
+def _decode_row_for(tag, row, f16, out):
+    decoder = DECODERS[tag_format(tag)]
 
-    def impl(fmt, row, f16, out):
+    def impl(tag, row, f16, out):
         decoder(row, f16, out)
 
     return impl

@@ -1,7 +1,8 @@
 """Fast CPU quantized matmul with numba: packed GGML rows are decoded in L1/L2, never stored whole.
 
-Defmt (few tokens): each thread takes a range of weight rows, decodes one row at a time into an L1 scratch
-row and dots it with every activation row, so the weights are read from memory once per call.
+Decode (few tokens): each thread takes a range of weight rows and reads each row once per call: for up to
+FUSED_MAX_TOKENS tokens the common formats multiply the packed blocks directly (blazr.quant.cpu_dots); else a
+row is decoded into an L1 scratch row and dotted with every activation row.
 Prefill (many tokens): an L2-sized tile of rows is decoded to float32 in parallel, then multiplied by BLAS sgemm, which
 is far faster than any dot-product loop once a decoded row is reused by many tokens.
 Every entry point releases the GIL (nogil=True): the server's event loop thread then streams tokens while
@@ -12,26 +13,29 @@ Importing this module imports numba; the CPU backend falls back to blazr.quant.r
 from __future__ import annotations
 
 import numpy as np
-from numba import get_num_threads, literally, njit, prange
+from numba import get_num_threads, njit, prange
 
-from blazr.quant import QuantRowStack, QuantWeight
-from blazr.quant.cpu_blocks import DECODERS, F16_TABLE, decode_row
+from blazr.quant import QuantRowStack, QuantWeight, cpu_iq_blocks, cpu_small_blocks  # noqa: F401 (registers)
+from blazr.quant.cpu_blocks import DECODERS, F16_TABLE, decode_row, format_tag
+from blazr.quant.cpu_dots import DOTS, row_dot
 
 FORMATS: tuple[str, ...] = tuple(DECODERS)
 # From this many tokens the decoded tile + sgemm path wins: CPU time per call on a 2-core AVX-512 machine,
 # (2048, 2048) Q4_0/Q4_K/Q8_0 weights, crossed over between 8 and 16 tokens (docs/performance.md).
 GEMM_MIN_TOKENS = 12
+# Up to this many tokens, formats with a direct dot (blazr.quant.cpu_dots) skip the decoded scratch row.
+FUSED_MAX_TOKENS = 1
 _TILE_ELEMS = 1 << 18  # float32 values per decoded tile (1 MB): stays in L2 between decode and sgemm
 
 
 @njit(cache=True, fastmath=True, nogil=True)
-def _dot_span(fmt, blocks, f16, x, out, start, stop):
+def _dot_span(tag, blocks, f16, x, out, start, stop):
     """out[:, start:stop] = x (T, K) @ decode(blocks[start:stop]).T, one decoded row at a time.
     A serial function of its own: fastmath (a vectorised reduction) is not applied inside a prange body."""
     k = x.shape[1]
     scratch = np.empty(k, dtype=np.float32)  # (K,) one decoded row, stays in L1
     for r in range(start, stop):
-        decode_row(fmt, blocks[r], f16, scratch)
+        decode_row(tag, blocks[r], f16, scratch)
         for t in range(x.shape[0]):
             xt = x[t]  # (K,)
             acc = np.float32(0.0)
@@ -41,28 +45,39 @@ def _dot_span(fmt, blocks, f16, x, out, start, stop):
 
 
 @njit(cache=True, nogil=True)
-def _decode_span(fmt, blocks, f16, out, start, stop):
-    literally(fmt)
+def _fused_span(tag, blocks, f16, x, xsum, out, start, stop):
     for r in range(start, stop):
-        decode_row(fmt, blocks[r], f16, out[r])
+        row_dot(tag, blocks[r], f16, x, xsum, out, r)
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _matmul_rows(x, blocks, fmt, f16, out, rows_per_task):
+def _matmul_fused(x, blocks, tag, f16, xsum, out, rows_per_task):
+    """out (T, N) = x (T, K) @ dequantized(blocks).T with the direct dots; xsum (T, K/32) block sums of x."""
+    n = blocks.shape[0]
+    for task in prange((n + rows_per_task - 1) // rows_per_task):
+        _fused_span(tag, blocks, f16, x, xsum, out, task * rows_per_task, min(n, (task + 1) * rows_per_task))
+
+
+@njit(cache=True, nogil=True)
+def _decode_span(tag, blocks, f16, out, start, stop):
+    for r in range(start, stop):
+        decode_row(tag, blocks[r], f16, out[r])
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _matmul_rows(x, blocks, tag, f16, out, rows_per_task):
     """out (T, N) = x (T, K) @ decode(blocks (N, row_bytes)).T; one parallel region per call."""
-    literally(fmt)  # one compiled kernel per format name (cpu_blocks.decode_row)
     n = blocks.shape[0]
     for task in prange((n + rows_per_task - 1) // rows_per_task):
-        _dot_span(fmt, blocks, f16, x, out, task * rows_per_task, min(n, (task + 1) * rows_per_task))
+        _dot_span(tag, blocks, f16, x, out, task * rows_per_task, min(n, (task + 1) * rows_per_task))
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _decode_rows(blocks, fmt, f16, out, rows_per_task):
+def _decode_rows(blocks, tag, f16, out, rows_per_task):
     """out (n, K) float32 = every packed row of blocks (n, row_bytes) decoded."""
-    literally(fmt)
     n = blocks.shape[0]
     for task in prange((n + rows_per_task - 1) // rows_per_task):
-        _decode_span(fmt, blocks, f16, out, task * rows_per_task, min(n, (task + 1) * rows_per_task))
+        _decode_span(tag, blocks, f16, out, task * rows_per_task, min(n, (task + 1) * rows_per_task))
 
 
 def _rows_per_task(n: int) -> int:
@@ -73,7 +88,7 @@ def _rows_per_task(n: int) -> int:
 def dequantize(w: QuantWeight) -> np.ndarray:
     """All rows of `w` decoded to float32 (N, K)."""
     out = np.empty(w.shape, dtype=np.float32)  # (N, K)
-    _decode_rows(w.blocks, w.format, F16_TABLE, out, _rows_per_task(len(out)))
+    _decode_rows(w.blocks, format_tag(w.format), F16_TABLE, out, _rows_per_task(len(out)))
     return out
 
 
@@ -84,9 +99,13 @@ def matmul(x: np.ndarray, w: QuantWeight | QuantRowStack) -> np.ndarray:
     x = np.ascontiguousarray(x, dtype=np.float32)
     n, k = w.shape
     out = np.empty((x.shape[0], n), dtype=np.float32)  # (T, N)
-    fmt = w.format
+    tag = format_tag(w.format)
+    if x.shape[0] <= FUSED_MAX_TOKENS and w.format in DOTS:
+        xsum = x.reshape(x.shape[0], k // 32, 32).sum(axis=2)  # (T, K/32)
+        _matmul_fused(x, w.blocks, tag, F16_TABLE, xsum, out, _rows_per_task(n))
+        return out
     if x.shape[0] < GEMM_MIN_TOKENS:
-        _matmul_rows(x, w.blocks, fmt, F16_TABLE, out, _rows_per_task(n))
+        _matmul_rows(x, w.blocks, tag, F16_TABLE, out, _rows_per_task(n))
         return out
     tile_rows = max(1, min(n, _TILE_ELEMS // k))
     tile = np.empty((tile_rows, k), dtype=np.float32)  # (tile_rows, K) reused for every tile
@@ -94,7 +113,7 @@ def matmul(x: np.ndarray, w: QuantWeight | QuantRowStack) -> np.ndarray:
         stop = min(n, start + tile_rows)
         # Serial decode: a numba parallel region between two multithreaded sgemm calls makes the two thread
         # pools spin against each other on every tile (measured 100x slower); the sgemm is the costly part.
-        _decode_span(fmt, w.blocks[start:stop], F16_TABLE, tile, 0, stop - start)
+        _decode_span(tag, w.blocks[start:stop], F16_TABLE, tile, 0, stop - start)
         np.matmul(x, tile[: stop - start].T, out=out[:, start:stop])
     return out
 
@@ -103,5 +122,5 @@ def embed(w: QuantWeight, ids: np.ndarray) -> np.ndarray:
     """Rows `ids` (T,) of the dequantized table -> (T, K) float32."""
     rows = np.ascontiguousarray(w.blocks[np.asarray(ids)])  # (T, row_bytes)
     out = np.empty((len(rows), w.shape[1]), dtype=np.float32)  # (T, K)
-    _decode_rows(rows, w.format, F16_TABLE, out, _rows_per_task(len(out)))
+    _decode_rows(rows, format_tag(w.format), F16_TABLE, out, _rows_per_task(len(out)))
     return out

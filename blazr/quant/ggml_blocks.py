@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from blazr.errors import CheckpointError
-from blazr.quant import block_info, iq_blocks, tq_blocks, unsupported_type
+from blazr.quant import block_info, int4, iq_blocks, tq_blocks, unsupported_type
 from blazr.quant.block_fields import (
     SHIFT_1BIT,
     SHIFT_2BIT,
@@ -262,6 +262,8 @@ _DECODERS: dict[str, BlockDecoder] = {
     **iq_blocks.DECODERS,
     **tq_blocks.DECODERS,
 }
+# blazr's own block formats (blazr.quant.INTERNAL_TYPES), kept apart from the GGML table above
+_INTERNAL_DECODERS: dict[str, BlockDecoder] = {"I4Z": int4.decode_i4z}
 
 
 # ---- entry point ----------------------------------------------------------------------------------------
@@ -329,7 +331,8 @@ def dequantize(data: np.ndarray, type_name: str, shape: tuple[int, ...]) -> np.n
     view of `data`; every other type as a new array.
     """
     shape = tuple(int(d) for d in shape)
-    if type_name != "F32" and type_name not in _DECODERS:
+    decoder = _DECODERS.get(type_name) or _INTERNAL_DECODERS.get(type_name)
+    if type_name != "F32" and decoder is None:
         raise unsupported_type(type_name)
     raw = _raw_bytes(data, type_name, shape)
     if type_name == "F32":
@@ -337,5 +340,5 @@ def dequantize(data: np.ndarray, type_name: str, shape: tuple[int, ...]) -> np.n
     block_elems, block_bytes = block_info(type_name)
     blocks = raw.reshape(-1, block_bytes)  # (n_blocks, block_bytes)
     out = np.empty((len(blocks), block_elems), dtype=np.float32)  # (n_blocks, block_elems)
-    _decode_parallel(_DECODERS[type_name], blocks, out)
+    _decode_parallel(decoder, blocks, out)
     return out.reshape(shape)
