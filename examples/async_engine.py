@@ -14,7 +14,9 @@ async def main() -> None:
 
     async def complete(prompt: str) -> str:
         ids = llm.tokenize(prompt)
-        pieces = [out.text async for out in engine.generate(ids, SamplingParams(temperature=0, max_tokens=12))]
+        pieces = [
+            out.text async for out in engine.generate(ids, SamplingParams(temperature=0, max_tokens=12))
+        ]
         return prompt + "".join(pieces)
 
     for text in await asyncio.gather(*(complete(p) for p in prompts)):
