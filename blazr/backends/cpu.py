@@ -80,8 +80,9 @@ class Backend(ArrayAPIBackend):
         return super().embed(table, ids)
 
     # ---- one-pass numba kernels for the small per-token ops (float32 only; else the numpy versions) -------
+    # The checks are kept to plain attribute tests: in a decode step each line here runs on cold caches.
     def rms_norm(self, x: Array, w: Array, eps: float) -> Array:
-        if self._ops is None or not _all_f32(x, w) or x.ndim != 2:
+        if self._ops is None or x.dtype != np.float32 or w.dtype != np.float32 or x.ndim != 2:
             return super().rms_norm(x, w, eps)
         out = np.empty(x.shape, dtype=np.float32)  # (T, D)
         self._ops.rms_norm(x, w, float(eps), out)
@@ -90,7 +91,7 @@ class Backend(ArrayAPIBackend):
     def rope(
         self, x: Array, positions: Array, inv_freq: Array, style: str, rot_dim: int | None = None
     ) -> Array:
-        if self._ops is None or not _all_f32(x) or style not in ROPE_STYLES or x.ndim != 3:
+        if self._ops is None or x.dtype != np.float32 or style not in ROPE_STYLES or x.ndim != 3:
             return super().rope(x, positions, inv_freq, style, rot_dim)
         cos, sin = self._rope_table(positions, inv_freq, np.float32)  # (T, 1, R/2) each
         rot = x.shape[-1] if rot_dim is None else int(rot_dim)
@@ -99,27 +100,37 @@ class Backend(ArrayAPIBackend):
         return out
 
     def kv_write(self, k_cache: Array, v_cache: Array, k: Array, v: Array, slots: Array) -> None:
-        if self._ops is None or not _all_f32(k_cache, v_cache, k, v):
+        if (
+            self._ops is None
+            or k_cache.dtype != np.float32
+            or k.dtype != np.float32
+            or slots.dtype != np.int32
+        ):
             return super().kv_write(k_cache, v_cache, k, v, slots)
-        self._ops.kv_write(k_cache, v_cache, k, v, np.asarray(slots, dtype=np.int32))
+        self._ops.kv_write(k_cache, v_cache, k, v, slots)
+
+    def glu(self, gate: Array, up: Array, kind: str) -> Array:
+        if self._ops is None or kind != "silu" or gate.dtype != np.float32 or gate.ndim != 2:
+            return super().glu(gate, up, kind)
+        out = np.empty(gate.shape, dtype=np.float32)  # (T, F)
+        self._ops.silu_mul(gate, up, out)
+        return out
 
     def attention(
         self, q, k_cache, v_cache, block_tables, ctx_lens, q_lens, block_size, scale, window=0, softcap=0.0
     ):
-        # one query per sequence (a decode step): the numba kernel; prefills keep numpy's batched BLAS matmuls
-        if self._ops is None or not _all_f32(q, k_cache, v_cache) or int(np.max(q_lens)) != 1:
-            return super().attention(
-                q, k_cache, v_cache, block_tables, ctx_lens, q_lens, block_size, scale, window, softcap
-            )
-        out = np.empty(q.shape, dtype=np.float32)  # (B, H, Dh)
-        tables = np.asarray(block_tables, dtype=np.int32)  # (B, max_blocks)
-        ctx = np.asarray(ctx_lens, dtype=np.int32)  # (B,)
-        self._ops.attention_decode(
-            q, k_cache, v_cache, tables, ctx, int(block_size), np.float32(scale), int(window),
-            np.float32(softcap), out,
-        )  # fmt: skip
-        return out
-
-
-def _all_f32(*arrays) -> bool:
-    return all(isinstance(a, np.ndarray) and a.dtype == np.float32 for a in arrays)
+        # A decode step (one query per sequence) runs the numba kernel; it declines anything else, and prefills
+        # keep numpy's batched BLAS matmuls.
+        if (
+            self._ops is not None
+            and q.shape[0] == ctx_lens.shape[0]
+            and q.dtype == k_cache.dtype == v_cache.dtype == np.float32
+            and block_tables.dtype == ctx_lens.dtype == q_lens.dtype == np.int32
+        ):
+            out = np.empty(q.shape, dtype=np.float32)  # (B, H, Dh)
+            args = (int(block_size), np.float32(scale), int(window), np.float32(softcap), out)
+            if self._ops.attention_decode(q, k_cache, v_cache, block_tables, ctx_lens, q_lens, *args):
+                return out
+        return super().attention(
+            q, k_cache, v_cache, block_tables, ctx_lens, q_lens, block_size, scale, window, softcap
+        )

@@ -1,5 +1,5 @@
-"""numba kernels for the CPU backend's small per-token ops: RMSNorm, RoPE, KV-cache writes and
-single-query (decode) attention over the paged cache.
+"""numba kernels for the CPU backend's small per-token ops: RMSNorm, RoPE, KV-cache writes, the SiLU-gated
+product and single-query (decode) attention over the paged cache.
 
 Why: in a decode step of a small model these ops run ~10 times per layer on tensors of a few KB, and numpy
 spends most of their time in per-call overhead and in one full pass over memory per elementwise op (numpy
@@ -7,7 +7,10 @@ attention for one query was ~15 array calls, 80 us per layer of SmolLM2); each k
 one pass. They are serial: the matmuls between them run on BLAS's thread pool, and a second pool woken for
 a few microseconds of work costs more than it saves. Every kernel is checked against the float64 reference
 through the backend op tests; blazr/backends/array_api.py stays the numpy path used without numba.
-(The SiLU-gated product is not here: numba's scalar exp made it no faster than numpy's SIMD one.)
+Measured in a decode step, not in isolation: between two weight matmuls every cache holds weights, so each
+numpy call pays for its own interpreter and library state again (a 1 us warm RMSNorm costs ~10 us there);
+one call per op is what counts, more than each kernel's inner loop (the SiLU product's scalar exp is no
+faster than numpy's SIMD one warm, yet one call replaces six).
 """
 
 from __future__ import annotations
@@ -69,8 +72,20 @@ def kv_write(k_cache, v_cache, k, v, slots):
 
 
 @njit(cache=True, fastmath=True, nogil=True)
-def attention_decode(q, k_cache, v_cache, tables, ctx_lens, block_size, scale, window, softcap, out):
+def silu_mul(gate, up, out):
+    """out (T, F) = silu(gate) * up with silu(g) = g / (1 + exp(-g)), -g clamped at 88 (exp stays finite)."""
+    t_len, f = gate.shape
+    for t in range(t_len):
+        g_row, u_row, o_row = gate[t], up[t], out[t]  # (F,) each
+        for i in range(f):
+            g = g_row[i]
+            o_row[i] = g / (np.float32(1.0) + np.exp(min(-g, np.float32(88.0)))) * u_row[i]
+
+
+@njit(cache=True, fastmath=True, nogil=True)
+def attention_decode(q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, out):
     """One query per sequence: out (B, H, Dh) = softmax(q k^T * scale) v over the sequence's cached keys.
+    Returns False, computing nothing, unless every q_lens[b] is 1 (the caller then takes the general path).
 
     q (B, H, Dh); caches (S, Hkv, Dh) with slot = tables[b, p // block_size] * block_size + p % block_size for
     position p; ctx_lens (B,) include the query's own position; window > 0 keeps the last `window` keys;
@@ -78,6 +93,9 @@ def attention_decode(q, k_cache, v_cache, tables, ctx_lens, block_size, scale, w
     dotted with that head's G = H / Hkv queries.
     """
     batch, heads, dh = q.shape
+    for b in range(batch):
+        if q_lens[b] != 1:
+            return False
     hkv = k_cache.shape[1]
     g_len = heads // hkv
     max_ctx = 0
@@ -158,3 +176,5 @@ def attention_decode(q, k_cache, v_cache, tables, ctx_lens, block_size, scale, w
                 o = out[b, kh * g_len + g]  # (Dh,)
                 for i in range(dh):
                     o[i] = acc[g, i] / denom
+    return True
+

@@ -3,6 +3,7 @@ from the files. Tensors are lazy and memory-mapped; names are always Hugging Fac
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,13 @@ class LazyTensor:
     dtype: str
     source: Path  # the file it lives in (for error messages)
     _read: Callable[[], np.ndarray] = field(repr=False)  # returns the dense array (mmap view when possible)
+    _release: Callable[[], None] | None = field(default=None, repr=False)
+
+    def release(self) -> None:
+        """Drop this tensor's file pages from the process's resident memory once a copy of its data is all
+        that is used (fused or reordered weights); the page cache keeps them, so a later read is cheap."""
+        if self._release is not None:
+            self._release()
 
     def load(self) -> np.ndarray:
         """The tensor as a dense numpy array: F32 -> float32 (an mmap view, no copy), F16 -> float16 (view),
@@ -66,3 +74,15 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     from blazr.loaders.detect import open_checkpoint
 
     return open_checkpoint(Path(path))
+
+
+def release_mapped_pages(data: np.memmap, offset: int, nbytes: int) -> None:
+    """madvise(DONTNEED) the whole pages inside data[offset : offset + nbytes] of a read-only file mapping;
+    a no-op where the OS has no madvise. Later reads fault the pages back in from the page cache."""
+    mapping = getattr(data, "_mmap", None)
+    if mapping is None or not hasattr(mapping, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    start = -(-offset // mmap.PAGESIZE) * mmap.PAGESIZE
+    stop = (offset + nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+    if stop > start:
+        mapping.madvise(mmap.MADV_DONTNEED, start, stop - start)

@@ -7,7 +7,6 @@ Tensors stay in the file until `load()`; quantized ones are dequantized by blazr
 
 from __future__ import annotations
 
-import mmap
 import re
 import struct
 from collections.abc import Callable
@@ -19,7 +18,7 @@ import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from blazr.errors import CheckpointError, UnsupportedError
-from blazr.loaders import Checkpoint, LazyTensor
+from blazr.loaders import Checkpoint, LazyTensor, release_mapped_pages
 from blazr.loaders.safetensors import bf16_to_f32
 
 GGUF_MAGIC = b"GGUF"
@@ -400,17 +399,10 @@ class GGUFTensor(LazyTensor):
 
     _read_blocks: Callable[[], np.ndarray] | None = field(default=None, repr=False)
 
-    _release: Callable[[], None] | None = field(default=None, repr=False)
-
     def load_blocks(self) -> np.ndarray:
         """The undecoded data as (rows, bytes_per_row) uint8, rows in HF order: a view of the file, except
         for permuted Q/K tensors, whose rows are reordered into a copy (blocks never span rows)."""
         return self._read_blocks()
-
-    def release(self) -> None:
-        """Drop this tensor's file pages from the process's resident memory once a copy of its data is all
-        that is used (fused or reordered weights); the page cache keeps them, so a later read is cheap."""
-        self._release()
 
 
 def _lazy_tensor(gf: GGUFFile, info: TensorInfo, name: str, n_head: int | None) -> GGUFTensor:
@@ -419,7 +411,11 @@ def _lazy_tensor(gf: GGUFFile, info: TensorInfo, name: str, n_head: int | None) 
             w = _read_dense(gf, info)
         else:
             w = _dequantize(gf, info)
-        return unpermute_qk(w, n_head) if n_head else w
+        if not n_head:
+            return w
+        reordered = unpermute_qk(w, n_head)  # a copy: the mapped rows are not needed any more
+        _release_pages(gf, info)
+        return reordered
 
     def read_blocks() -> np.ndarray:
         rows = int(np.prod(info.shape[:-1], dtype=np.int64))
@@ -442,14 +438,7 @@ def _lazy_tensor(gf: GGUFFile, info: TensorInfo, name: str, n_head: int | None) 
 
 
 def _release_pages(gf: GGUFFile, info: TensorInfo) -> None:
-    """madvise(DONTNEED) the whole pages inside one tensor's bytes; a no-op where the OS has no madvise."""
-    mapping = getattr(gf.data, "_mmap", None)
-    if mapping is None or not hasattr(mapping, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
-        return
-    start = -(-info.offset // mmap.PAGESIZE) * mmap.PAGESIZE
-    stop = (info.offset + info.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
-    if stop > start:
-        mapping.madvise(mmap.MADV_DONTNEED, start, stop - start)
+    release_mapped_pages(gf.data, info.offset, info.nbytes)
 
 
 DENSE_TYPES = {

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from blazr.errors import CheckpointError, UnsupportedError
-from blazr.loaders import Checkpoint, LazyTensor
+from blazr.loaders import Checkpoint, LazyTensor, release_mapped_pages
 from blazr.loaders.awq_gptq import repack_int4
 
 HEADER_LEN_BYTES = 8
@@ -150,7 +150,10 @@ def _lazy_tensor(
         raw = data[data_start + begin : data_start + end]
         return _decode(raw, dtype, shape, path, name)
 
-    return LazyTensor(name=name, shape=shape, dtype=dtype, source=path, _read=read)
+    def release() -> None:
+        release_mapped_pages(data, data_start + begin, end - begin)
+
+    return LazyTensor(name=name, shape=shape, dtype=dtype, source=path, _read=read, _release=release)
 
 
 def _check_entry(path: Path, name: str, entry: Any) -> tuple[str, tuple[int, ...], int, int]:

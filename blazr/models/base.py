@@ -159,6 +159,10 @@ def load_fused(get: Callable[[str], Any], names: list[str], upload: Callable[[An
                 t.release()
         return fused
     stacked = np.concatenate([host_array(t) for t in tensors], axis=0)
+    for t in tensors:  # the mapped originals are unused now: keep resident memory near one copy
+        release = getattr(t, "release", None)
+        if release is not None:
+            release()
     return upload(stacked)
 
 
