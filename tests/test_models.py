@@ -386,6 +386,23 @@ def test_wrong_shape_missing_and_unexpected_tensors(backend):
         build(backend, config, weights | {"extra.weight": np.zeros(3, np.float32)})
 
 
+def test_zero_biases_of_bias_free_layers_are_dropped_and_nonzero_ones_refused(backend):
+    # GPTQ-for-LLaMa saved an all-zero bias for every quantized linear layer of bias-free Llama models
+    config = tiny_config()
+    weights = tiny_weights(config)
+    zero = {f"model.layers.0.self_attn.{p}.bias": np.zeros(64, np.float32) for p in ("q_proj", "o_proj")}
+    plain, _, _ = build(backend, config, weights)
+    padded, _, _ = build(backend, config, weights | zero)
+    np.testing.assert_array_equal(
+        prefill_all(padded, backend, [1, 2, 3]), prefill_all(plain, backend, [1, 2, 3])
+    )
+    nonzero = {"model.layers.0.self_attn.o_proj.bias": np.ones(64, np.float32)}
+    with pytest.raises(
+        CheckpointError, match=r"unexpected tensor 'model\.layers\.0\.self_attn\.o_proj\.bias'"
+    ):
+        build(backend, config, weights | nonzero)
+
+
 def test_unsupported_dtype_fails_at_load(backend):
     ckpt = checkpoint(tiny_config(), tiny_weights(tiny_config()))
     for dtype in ("f16", "bf16"):

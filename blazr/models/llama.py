@@ -17,6 +17,7 @@ from blazr.models.base import (
     BaseModelArgs,
     Step,
     check_weights,
+    host_array,
     load_fused,
     load_tensor,
     trace,
@@ -286,6 +287,12 @@ class Model:
         weights = {k: v for k, v in weights.items() if not k.endswith("rotary_emb.inv_freq")}
         if self.args.tie_word_embeddings:
             weights.pop("lm_head.weight", None)  # some tied checkpoints still save a copy of the embeddings
+        expected = self.weight_shapes()
+        for name in [n for n in weights if n.endswith("_proj.bias") and n not in expected]:
+            # GPTQ-for-LLaMa wrote an all-zero bias for every quantized linear layer: harmless, so dropped;
+            # a non-zero one is left for the strict check to report
+            if not host_array(weights[name]).any():
+                del weights[name]
         return weights
 
     def load_weights(self, weights: dict[str, Any], source=None) -> None:
