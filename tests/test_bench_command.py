@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
@@ -44,17 +45,20 @@ def test_bench_reports_speed_and_writes_json(tiny_model, tmp_path, device):
     assert result.exit_code == 0, result.output
     assert "decode" in result.stdout and "TTFT" in result.stdout
     report = json.loads(out.read_text())
+    assert report["bandwidth"]["copy_bytes_per_sec"] > 1e8 and "bandwidth floor" in result.stdout
     assert report["decode_tokens"] == 6 and report["measurement_runs"] == 2 and report["num_ctx"] == 64
     assert [r["prompt_tokens"] for r in report["results"]] == [5, 21]
     for r in report["results"]:
         assert len(r["ttft_ms"]["samples"]) == 2 and r["decode_tok_per_sec"]["median"] > 0
         assert r["prefill_tok_per_sec"]["median"] > 0 and r["itl_ms"]["count"] == 2 * 5
+        assert 0 < r["bandwidth_floor_fraction"] < 1  # a tiny model is nowhere near moving-weights bound
         if device.startswith("wgpu"):
             step = r["per_decode_step"]
             assert step["submits"] == 1  # one submit per decode step: the sampled id's read-back
             assert step["bytes_read"] == 4  # greedy: only the token id comes back
             assert 0 < step["dispatches"] < 12 * 2 + 8
-            assert "dispatches" in result.stdout
+            assert "dispatches" in result.stdout and "host encode" in result.stdout
+            assert step["encode_ns"] > 0
         else:
             assert "per_decode_step" not in r
 
@@ -67,3 +71,18 @@ def test_bench_refuses_a_context_too_small(tiny_model):
 def test_bench_refuses_zero_runs(tiny_model):
     result = run_bench(str(tiny_model), "--runs", "0")
     assert result.exit_code != 0 and "--runs must be at least 1" in result.stderr
+
+
+def test_weight_bytes_count_every_weight_once_and_skip_an_untied_embedding_table(tiny_model):
+    from blazr.backends import get_backend
+    from blazr.commands.bench_floor import weight_bytes
+    from blazr.loaders import load_checkpoint
+    from blazr.models import build_model
+
+    checkpoint = load_checkpoint(tiny_model)
+    model = build_model(checkpoint, get_backend("cpu"))
+    tensors = checkpoint.tensors
+    total = sum(4 * int(np.prod(t.shape)) for t in tensors.values())  # the tiny checkpoint is F32
+    embed = 4 * int(np.prod(tensors["model.embed_tokens.weight"].shape))
+    assert "lm_head.weight" in tensors  # untied: a token reads one row of the table, all of the head
+    assert weight_bytes(model) == total - embed + model.inv_freq.nbytes  # + the rope table the model builds

@@ -9,6 +9,7 @@ step hits the cache), and every dispatch of a step goes into one pass submitted 
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,7 @@ class Stats:
     bytes_read: int = 0  # device -> host
     bytes_written: int = 0  # host -> device
     readbacks: int = 0
+    encode_ns: int = 0  # host time recording dispatches, encoding and submitting them
     extra: dict[str, int] = field(default_factory=dict)
 
 
@@ -135,6 +137,7 @@ class Runtime:
         """Record one dispatch. Each array's element offset fills Params field `<name>_off` if there is one."""
         if len(self._pending) >= _ARENA_SLOTS:
             self.flush()
+        started = time.perf_counter_ns()
         pipeline, shader = self.pipeline(op, entry, aliases, constants)
         values = dict(params)
         for name, arr in arrays.items():
@@ -153,6 +156,7 @@ class Runtime:
             self._bind_groups.move_to_end(key)
         self._pending.append((pipeline, group, grid))
         self._pending_serials.update(arr.buf.serial for arr in arrays.values())
+        self.stats.encode_ns += time.perf_counter_ns() - started
 
     @property
     def pending_count(self) -> int:
@@ -180,6 +184,7 @@ class Runtime:
         """Submit every pending dispatch in one encoder and pass, then (optionally) a copy to staging."""
         if not self._pending and copy is None:
             return
+        started = time.perf_counter_ns()
         encoder = self.device.create_command_encoder()
         if self._pending:
             used = len(self._pending) * self._slot
@@ -198,6 +203,7 @@ class Runtime:
             src, lo, size = copy
             encoder.copy_buffer_to_buffer(src.gpu, lo, self._staging_buffer(size), 0, size)
         self.queue.submit([encoder.finish()])
+        self.stats.encode_ns += time.perf_counter_ns() - started
         self.stats.submits += 1
         self._pending.clear()
         self._pending_serials.clear()
@@ -229,3 +235,22 @@ class Runtime:
     def wait(self) -> None:
         self.flush()
         self.device._poll_wait()  # wgpu-py 0.32: queue.on_submitted_work_done_sync is broken (issue #834)
+
+    def copy_bandwidth(self, nbytes: int = 1 << 27, copies: int = 8) -> float:
+        """Device memory bandwidth in bytes/s (read + write counted) from timed buffer-to-buffer copies."""
+        nbytes = min(nbytes, int(self.limits["max-buffer-size"])) // 4 * 4
+        usage = self.wgpu.BufferUsage.COPY_SRC | self.wgpu.BufferUsage.COPY_DST
+        src, dst = (self.device.create_buffer(size=nbytes, usage=usage) for _ in range(2))
+        self.wait()
+        best = float("inf")
+        for _ in range(3):
+            started = time.perf_counter()
+            encoder = self.device.create_command_encoder()
+            for _ in range(copies):
+                encoder.copy_buffer_to_buffer(src, 0, dst, 0, nbytes)
+            self.queue.submit([encoder.finish()])
+            self.device._poll_wait()
+            best = min(best, time.perf_counter() - started)
+        src.destroy()
+        dst.destroy()
+        return 2 * nbytes * copies / best

@@ -2,8 +2,10 @@
 
 Per prompt length: 1 warmup run and --runs measured runs, greedy, exactly --decode-tokens tokens (EOS is
 ignored) from a prompt of repeated "The quick brown fox ..." cut to the length. Reported as medians: prefill
-tok/s, time to first token, decode tok/s = (tokens - 1) / (total - TTFT), inter-token latency, and on a
-backend with counters (wgpu) the dispatches, submits and bytes read back per decode step.
+tok/s, time to first token, decode tok/s = (tokens - 1) / (total - TTFT), inter-token latency, the share of
+the memory-bandwidth floor the decode reaches (weight bytes per token ÷ the device's copy bandwidth, measured
+here; bench_floor.py), and on a backend with counters (wgpu) the dispatches, submits, bytes read back and
+host encode time per decode step.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from blazr.errors import ConfigError
 
 BENCH_TEXT = "The quick brown fox jumps over the lazy dog. "
 DEFAULT_PROMPT_TOKENS = (32, 128, 512)
-COUNTERS = ("dispatches", "submits", "bytes_read")  # blazr.backends.wgpu_runtime.Stats fields
+COUNTERS = ("dispatches", "submits", "bytes_read", "encode_ns")  # blazr.backends.wgpu_runtime.Stats fields
 
 
 @dataclass
@@ -65,11 +67,20 @@ def bench(
             raise ConfigError(f"{flag} must be at least 1, not {value}")
     path = o.model_path(model, settings, model_dir)
     engine, tokenizer = load_engine(path, settings, max(lengths) + decode_tokens)
+    from blazr.commands.bench_floor import copy_bandwidth, weight_bytes
+
+    floor = {
+        "weight_bytes_per_token": weight_bytes(engine.model),
+        "copy_bytes_per_sec": copy_bandwidth(engine.backend),
+    }
     results = []
     for length in lengths:
         prompt = bench_prompt(tokenizer, length)
         measure(engine, prompt, decode_tokens)  # warmup: compiles pipelines, fills buffer pools
-        results.append(summarize(length, [measure(engine, prompt, decode_tokens) for _ in range(runs)]))
+        result = summarize(length, [measure(engine, prompt, decode_tokens) for _ in range(runs)])
+        floor_seconds = floor["weight_bytes_per_token"] / floor["copy_bytes_per_sec"]
+        result["bandwidth_floor_fraction"] = floor_seconds * result["decode_tok_per_sec"]["median"]
+        results.append(result)
     report = {
         "model": str(path),
         "backend": engine.backend.name,
@@ -77,6 +88,7 @@ def bench(
         "decode_tokens": decode_tokens,
         "measurement_runs": runs,
         "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "bandwidth": floor,
         "results": results,
     }
     print_report(report)
@@ -164,16 +176,23 @@ def summarize(length: int, runs: list[Run]) -> dict[str, Any]:
 def print_report(report: dict[str, Any]) -> None:
     print(f"model {report['model']} on {report['backend']}, num_ctx {report['num_ctx']}, ", end="")
     print(f"{report['decode_tokens']} decode tokens, 1 warmup + {report['measurement_runs']} runs (medians)")
+    bw = report["bandwidth"]
+    print(
+        f"weights read per token {bw['weight_bytes_per_token'] / 2**20:.1f} MiB, device copy bandwidth "
+        f"{bw['copy_bytes_per_sec'] / 1e9:.1f} GB/s"
+    )
     for r in report["results"]:
         line = (
             f"prompt {r['prompt_tokens']:>5} tok: prefill {r['prefill_tok_per_sec']['median']:8.1f} tok/s, "
             f"TTFT {r['ttft_ms']['median']:8.1f} ms, decode {r['decode_tok_per_sec']['median']:7.2f} tok/s, "
-            f"ITL p50 {r['itl_ms']['p50']:.1f} / p99 {r['itl_ms']['p99']:.1f} ms"
+            f"ITL p50 {r['itl_ms']['p50']:.1f} / p99 {r['itl_ms']['p99']:.1f} ms, "
+            f"{100 * r['bandwidth_floor_fraction']:.0f}% of the bandwidth floor"
         )
         step = r.get("per_decode_step")
         if step:
             line += (
                 f"; per decode step: {step['dispatches']:.0f} dispatches, {step['submits']:.1f} submits, "
-                f"{step['bytes_read']:.0f} bytes read back"
+                f"{step['bytes_read']:.0f} bytes read back, host encode {step['encode_ns'] / 1e6:.2f} ms "
+                f"({100 * step['encode_ns'] / 1e9 * r['decode_tok_per_sec']['median']:.0f}% of the step)"
             )
         print(line)
