@@ -31,6 +31,16 @@ NMSE_MAX = {fmt: 1e-10 for fmt in PACKED_FORMATS}  # f32 rounding only; see the 
 SHAPES = [(1, 1, 256), (1, 33, 512), (3, 7, 4096 + 256), (9, 65, 768), (20, 130, 256)]
 
 
+@pytest.fixture(autouse=True)
+def float32_activations(monkeypatch):
+    """These tests check the f32-activation kernels; the int8 path (cpu_kernels.INT8_FORMATS) rounds x and
+    has its own tests (tests/test_quant_int8.py)."""
+    if HAS_NUMBA:
+        from blazr.quant import cpu_kernels
+
+        monkeypatch.setattr(cpu_kernels, "INT8_FORMATS", frozenset())
+
+
 def kernel_paths():
     paths = [pytest.param(False, id="numpy")]
     if HAS_NUMBA:

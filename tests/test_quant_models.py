@@ -27,6 +27,16 @@ AGREEMENT_FLOOR = 0.9
 PROMPT = [5, 17, 99, 3, 42, 7, 200, 11, 64, 8, 150, 31, 77]
 
 
+@pytest.fixture(autouse=True)
+def float32_activations(monkeypatch):
+    """These tests check the f32-activation kernels; the int8 path (cpu_kernels.INT8_FORMATS) rounds x and
+    has its own tests (tests/test_quant_int8.py)."""
+    if HAS_NUMBA:
+        from blazr.quant import cpu_kernels
+
+        monkeypatch.setattr(cpu_kernels, "INT8_FORMATS", frozenset())
+
+
 class DenseOnlyCPU(CPUBackend):
     """The CPU backend with no packed formats: the loader dequantizes every quantized tensor."""
 
