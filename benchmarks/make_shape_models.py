@@ -1,6 +1,6 @@
 """Write random-weight GGUF files with the shapes of real 0.5B- and 1B-class models, for speed benchmarks.
 
-python benchmarks/make_shape_models.py OUT_DIR [--types Q4_0 Q4_K_M Q5_K_M Q6_K Q8_0] [--models 0.5b 1b]
+python benchmarks/make_shape_models.py OUT_DIR [--types Q4_0 Q4_K_M Q5_K_M Q6_K Q8_0 F16] [--models 0.5b 1b tiny]
 
 Blocks are random bytes with small fixed scales (values do not matter for speed); the tensor-type mix of
 the _M files follows llama.cpp's llama_tensor_get_type: Q6_K for the output, attn_v and ffn_down in the first
@@ -21,6 +21,9 @@ from blazr.quant import block_info
 SHAPES = {  # Qwen2.5-0.5B and Llama-3.2-1B shapes, written as llama architecture with tied embeddings
     "0.5b": dict(hidden=896, ffn=4864, layers=24, heads=14, kv_heads=2, vocab=151936),
     "1b": dict(hidden=2048, ffn=8192, layers=16, heads=32, kv_heads=8, vocab=128256),
+    "tiny": dict(
+        hidden=256, ffn=512, layers=2, heads=4, kv_heads=2, vocab=1024
+    ),  # smoke tests of the scripts
 }
 SCALE_FIELDS = {  # byte offsets of the f16 scale fields of each block
     "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,),
@@ -66,9 +69,14 @@ def write_model(path: Path, shape: dict, mix: str, rng) -> None:
     w.add_eos_token_id(2)
 
     def add(name: str, rows: int, cols: int, layer: int = 0) -> None:
+        full = f"blk.{layer}.{name}.weight" if name.startswith(("attn", "ffn")) else f"{name}.weight"
+        if mix == "F16":  # dense half weights, small enough that activations stay finite
+            w.add_tensor(
+                full, (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float16)
+            )
+            return
         fmt = tensor_type(mix, name, layer, n, cols)
         raw = random_blocks(fmt, rows, cols, rng)
-        full = f"blk.{layer}.{name}.weight" if name.startswith(("attn", "ffn")) else f"{name}.weight"
         w.add_tensor(full, raw, raw_dtype=gguf.GGMLQuantizationType[fmt])
 
     add("token_embd", v, d)  # tied: also the LM head
@@ -91,7 +99,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out_dir", type=Path)
     ap.add_argument("--types", nargs="+", default=["Q4_0", "Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0"])
-    ap.add_argument("--models", nargs="+", default=list(SHAPES))
+    ap.add_argument("--models", nargs="+", default=["0.5b", "1b"])
     args = ap.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     for model in args.models:

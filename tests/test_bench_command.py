@@ -86,3 +86,17 @@ def test_weight_bytes_count_every_weight_once_and_skip_an_untied_embedding_table
     embed = 4 * int(np.prod(tensors["model.embed_tokens.weight"].shape))
     assert "lm_head.weight" in tensors  # untied: a token reads one row of the table, all of the head
     assert weight_bytes(model) == total - embed + model.inv_freq.nbytes  # + the rope table the model builds
+
+
+def test_bench_prompt_is_filled_when_the_vocabulary_cannot_spell_the_text():
+    # it once doubled the text forever (a 2 GB string, then the OOM killer) for such a vocabulary
+    from blazr.commands.bench import bench_prompt
+
+    class OneUnknownId:
+        vocab_size = 50
+
+        def encode(self, text, add_special_tokens=True):
+            return [1, 0]  # BOS, then the whole text as one unknown token
+
+    ids = bench_prompt(OneUnknownId(), 40)
+    assert len(ids) == 40 and ids[:2] == [1, 0] and all(3 <= i < 50 for i in ids[2:])

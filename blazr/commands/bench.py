@@ -120,9 +120,14 @@ def bench_prompt(tokenizer, length: int) -> list[int]:
     """Exactly `length` token ids of the repeated bench sentence (BOS first when the tokenizer adds one)."""
     text = BENCH_TEXT
     ids = tokenizer.encode(text, add_special_tokens=True)
-    while len(ids) < length:
+    while len(ids) < length and len(text) < 64 * length:
         text *= 2
         ids = tokenizer.encode(text, add_special_tokens=True)
+    if len(ids) < length:
+        # A vocabulary that cannot spell the text (placeholder tokens fold it into one unknown id): the
+        # text stopped growing the ids, so the prompt continues with ordinary ids cycling over the vocabulary.
+        vocab = max(4, int(tokenizer.vocab_size))
+        ids = ids + [3 + i % (vocab - 3) for i in range(length - len(ids))]
     return ids[:length]
 
 
