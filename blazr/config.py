@@ -43,7 +43,9 @@ class GenerationSettings:
 class InferenceSettings:
     """How a model is loaded and run."""
 
-    dtype: str | None = None  # (optional) f32|f16|bf16; unset: the model's torch_dtype, else f32
+    dtype: str | None = (
+        None  # (optional) f32|f16|bf16|q8; unset: f32 activations, q8 dots for packed weights on cpu
+    )
     chat_template: str | None = None  # (optional) built-in template name or a template file
     kv_cache_mb: int | None = (
         None  # (optional) KV-cache memory budget; unset: room for every sequence's num_ctx
@@ -214,6 +216,8 @@ DTYPE_NAMES = {
     "float16": "f16",
     "bf16": "bf16",
     "bfloat16": "bf16",
+    "q8": "q8",
+    "int8": "q8",
 }
 _DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?|wgpu(:\d+)?)$")
 
@@ -224,7 +228,9 @@ def normalize_dtype(value: str | None) -> str | None:
         return None
     name = DTYPE_NAMES.get(value.strip().lower())
     if name is None:
-        raise ValueError(f"'{value}' is not a dtype; use f32, f16 or bf16 (or float32, float16, bfloat16)")
+        raise ValueError(
+            f"'{value}' is not a dtype; use f32, f16, bf16 or q8 (or float32, float16, bfloat16, int8)"
+        )
     return name
 
 

@@ -294,3 +294,54 @@ def test_int8_decode_logits_stay_close_to_the_dequantized_model(tmp_path, name, 
         token = int(np.argmax(want))
     assert max(errors) <= 0.10, f"{name} {qtype}: relative logit errors {np.round(errors, 3)}"
     assert np.mean(same) >= 0.80, f"{name} {qtype}: argmax agreement {np.mean(same):.2f}"
+
+
+# ---- --dtype chooses the activation type ------------------------------------------------------------------
+
+
+def test_dtype_chooses_int8_or_exact_float_activations(tmp_path, monkeypatch):
+    """Unset: the CPU's default int8 path; --dtype q8 asks for it; an explicit --dtype f32 keeps float32
+    activations, so its logits equal the float path's exactly."""
+    from blazr.backends.cpu import Backend
+    from blazr.config import normalize_dtype
+    from blazr.loaders import load_checkpoint
+    from blazr.models import build_model
+    from blazr.models.batch import ForwardBatch
+    from tests.gguf_writer import write_gguf
+    from tests.test_quant_models import BLOCK, tiny_config, tiny_weights
+
+    assert normalize_dtype("int8") == normalize_dtype("Q8") == "q8"
+    path = write_gguf(tmp_path / "q4.gguf", tiny_config("llama"), tiny_weights("llama"), quantize="Q4_0")
+
+    def decode_logits(dtype):
+        backend = Backend()
+        model = build_model(load_checkpoint(path), backend, dtype)
+        cache = model.make_cache(4, BLOCK)
+        model(ForwardBatch.single([5, 17, 99], 0, [0, 1, 2, 3], BLOCK), cache)
+        logits = backend.download(model(ForwardBatch.single([42], 3, [0, 1, 2, 3], BLOCK), cache))
+        return backend.int8_activations, logits
+
+    (default_on, default), (q8_on, q8), (f32_on, f32) = map(decode_logits, (None, "q8", "f32"))
+    assert default_on and q8_on and not f32_on
+    np.testing.assert_array_equal(default, q8)
+    monkeypatch.setattr(cpu_kernels, "INT8_FORMATS", frozenset())
+    _, float_path = decode_logits(None)
+    np.testing.assert_array_equal(f32, float_path)
+    assert not np.array_equal(q8, f32)  # the rounding is real, so the switch is what made them equal
+
+
+def test_dtype_q8_on_a_device_without_int8_activations_is_refused(tmp_path):
+    from blazr.errors import UnsupportedError
+    from blazr.loaders import load_checkpoint
+    from blazr.models import build_model
+    from tests.conftest import AVAILABLE_BACKENDS
+    from tests.gguf_writer import write_gguf
+    from tests.test_quant_models import tiny_config, tiny_weights
+
+    if "wgpu" not in AVAILABLE_BACKENDS:
+        pytest.skip("no WebGPU adapter here")
+    from blazr.backends import get_backend
+
+    path = write_gguf(tmp_path / "q4.gguf", tiny_config("llama"), tiny_weights("llama"), quantize="Q4_0")
+    with pytest.raises(UnsupportedError, match="--dtype q8 .* cpu backend option; device wgpu"):
+        build_model(load_checkpoint(path), get_backend("wgpu"), "q8")

@@ -40,6 +40,8 @@ class Backend(ArrayAPIBackend):
         if fast_kernels and not HAS_NUMBA:
             raise ConfigError("fast CPU kernels need numba; install it with: pip install numba")
         self.fast_kernels = HAS_NUMBA if fast_kernels is None else bool(fast_kernels)
+        # round activations to int8 for 1-4-token matmuls with packed weights (blazr.quant.cpu_int8_dots)
+        self.int8_activations = True
         self._ops = None
         if self.fast_kernels:
             from blazr.backends import cpu_ops
@@ -57,6 +59,11 @@ class Backend(ArrayAPIBackend):
 
         return reference_matmul
 
+    def set_int8_activations(self, enabled: bool) -> None:
+        """--dtype q8 (True) or an explicit float dtype (False): int8 or exact float32 activations in the
+        dot products with packed weights."""
+        self.int8_activations = bool(enabled)
+
     def supports(self, op: str, dtype: str | None = None, fmt: str | None = None) -> bool:
         # only matmul and embed read weights, so only they take packed formats
         return super().supports(op, dtype, fmt if op in ("matmul", "embed") else fmt and "unsupported")
@@ -66,7 +73,10 @@ class Backend(ArrayAPIBackend):
             return np.concatenate([self.matmul(x, part) for part in w.parts], axis=1)  # (T, N)
         if isinstance(w, QuantWeight):
             x = x if w.perm is None else x[:, w.perm]  # (T, K) in the packed column order (GPTQ act-order)
-            return self._quant_module(w.format).matmul(x, w)  # (T, N)
+            module = self._quant_module(w.format)
+            if module.__name__.endswith("cpu_kernels"):
+                return module.matmul(x, w, int8=self.int8_activations)  # (T, N)
+            return module.matmul(x, w)  # (T, N)
         return super().matmul(x, w)
 
     def embed(self, table: Array, ids: Array) -> Array:

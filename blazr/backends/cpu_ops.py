@@ -177,4 +177,3 @@ def attention_decode(q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, 
                 for i in range(dh):
                     o[i] = acc[g, i] / denom
     return True
-

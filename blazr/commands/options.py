@@ -59,7 +59,9 @@ Device = Annotated[
 DType = Annotated[
     str | None,
     typer.Option(
-        "--dtype", help="f32, f16 or bf16 (default: the model's, else f32)", rich_help_panel=RUNTIME
+        "--dtype",
+        help="f32, f16, bf16, or q8: int8 activations in quantized matmuls (cpu; its default for packed weights)",
+        rich_help_panel=RUNTIME,
     ),
 ]
 NumCtx = Annotated[

@@ -26,7 +26,7 @@ REMAP: dict[str, str] = {
     "qwen2": "llama",
 }
 
-COMPUTE_DTYPES = ("f32", "f16", "bf16")
+COMPUTE_DTYPES = ("f32", "f16", "bf16", "q8")
 
 
 def model_module_name(config: dict[str, Any], gguf_metadata: dict[str, Any] | None = None) -> str:
@@ -58,9 +58,20 @@ def build_model(ckpt, backend, dtype: str | None = None):
     """
     from blazr.backends.base import check_supports
 
-    dtype = dtype or "f32"
-    if dtype not in COMPUTE_DTYPES:
+    if dtype is not None and dtype not in COMPUTE_DTYPES:
         raise ConfigError(f"--dtype {dtype!r} is unknown; use one of {', '.join(COMPUTE_DTYPES)}")
+    # q8: float32 activations, rounded to int8 for the dot products with packed weights (a CPU backend
+    # choice). Unset keeps each backend's default (the CPU rounds, as llama.cpp does); an explicit float
+    # dtype asks for exact float activations everywhere.
+    set_int8 = getattr(backend, "set_int8_activations", None)
+    if dtype == "q8" and set_int8 is None:
+        raise UnsupportedError(
+            f"--dtype q8 (int8 activations) is a cpu backend option; device {backend.name} "
+            "computes in f32 or f16"
+        )
+    if set_int8 is not None and dtype is not None:
+        set_int8(dtype == "q8")
+    dtype = "f32" if dtype in (None, "q8") else dtype
     module = get_model_module(ckpt.config, ckpt.gguf_metadata)
     model = module.Model(module.ModelArgs.from_dict(ckpt.config), backend, dtype)
     check_supports(backend, model.required_ops())

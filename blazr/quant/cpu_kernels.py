@@ -113,15 +113,16 @@ def dequantize(w: QuantWeight) -> np.ndarray:
     return out
 
 
-def matmul(x: np.ndarray, w: QuantWeight | QuantRowStack) -> np.ndarray:
-    """x (T, K) float32 @ dequantized(w).T -> (T, N) float32, reading w packed."""
+def matmul(x: np.ndarray, w: QuantWeight | QuantRowStack, int8: bool = True) -> np.ndarray:
+    """x (T, K) float32 @ dequantized(w).T -> (T, N) float32, reading w packed; int8=False keeps the
+    activations float32 where the int8 path would round them."""
     if isinstance(w, QuantRowStack):
-        return np.concatenate([matmul(x, part) for part in w.parts], axis=1)
+        return np.concatenate([matmul(x, part, int8) for part in w.parts], axis=1)
     x = np.ascontiguousarray(x, dtype=np.float32)
     n, k = w.shape
     out = np.empty((x.shape[0], n), dtype=np.float32)  # (T, N)
     tag = format_tag(w.format)
-    if x.shape[0] <= INT8_MAX_TOKENS and w.format in INT8_FORMATS:
+    if int8 and x.shape[0] <= INT8_MAX_TOKENS and w.format in INT8_FORMATS:
         matmul_int8(x, w.blocks, tag, out, _rows_per_task(n))
         return out
     if x.shape[0] <= FUSED_MAX_TOKENS and w.format in DOTS:
