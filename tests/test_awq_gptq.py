@@ -27,7 +27,6 @@ from blazr.loaders import load_checkpoint
 from blazr.model_dir import list_models, quantization_name
 from blazr.models import build_model
 from blazr.models.base import packed_weight
-from blazr.models.batch import ForwardBatch
 from blazr.quant import QuantRowStack, QuantWeight, int4, stack_rows
 from blazr.quant.ggml_blocks import dequantize
 from tests.conftest import AVAILABLE_BACKENDS
@@ -40,6 +39,7 @@ from tests.int4_checkpoints import (
     write_dense_checkpoint,
     write_int4_checkpoint,
 )
+from tests.test_quant_models import greedy_ids
 from tests.tiny_models import tiny_config
 
 NMSE_MAX = 1e-10
@@ -207,18 +207,6 @@ def test_fused_rows_with_different_orders(tmp_path, spec, rng):
 
 
 # ---- models ----------------------------------------------------------------------------------------------
-
-
-def greedy_ids(model, prompt: list[int], steps: int) -> list[int]:
-    cache = model.make_cache(8, BLOCK)
-    table = list(range(8))
-    logits = model.be.download(model(ForwardBatch.single(prompt, 0, table, BLOCK), cache))
-    ids = [int(np.argmax(logits[-1]))]
-    for _ in range(steps - 1):
-        pos = len(prompt) + len(ids) - 1
-        logits = model.be.download(model(ForwardBatch.single([ids[-1]], pos, table, BLOCK), cache))
-        ids.append(int(np.argmax(logits[-1])))
-    return ids
 
 
 @pytest.mark.parametrize("spec", backends())

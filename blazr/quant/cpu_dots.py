@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit
 from numba.extending import overload
 
-from blazr.quant.cpu_blocks import tag_format
+from blazr.quant.cpu_blocks import _k_scale_min, tag_format
 
 
 @njit(inline="always")
@@ -53,16 +53,6 @@ def _dot_q4_1(row, f16, x, xsum, out, r):
 # ---- 256-value K-quant super-blocks ---------------------------------------------------------------------
 
 
-@njit(inline="always")
-def _k_scale_min(blk, g):
-    """Q4_K/Q5_K six-bit (scale, min) of group g from the 12 bytes at 4 of one block."""
-    if g < 4:
-        return np.float32(np.int32(blk[4 + g]) & 63), np.float32(np.int32(blk[8 + g]) & 63)
-    sc = (np.int32(blk[8 + g]) & 15) | ((np.int32(blk[g]) >> 6) << 4)
-    mn = (np.int32(blk[8 + g]) >> 4) | ((np.int32(blk[4 + g]) >> 6) << 4)
-    return np.float32(sc), np.float32(mn)
-
-
 @njit(inline="always")  # into each format's wrapper, where the flag is a constant
 def _dot_q45_k(row, f16, x, xsum, out, r, five):
     """Q4_K (d, dmin, scales[12], qs[128]) and Q5_K (d, dmin, scales[12], qh[32], qs[128]): chunk c of 32
@@ -89,10 +79,12 @@ def _dot_q45_k(row, f16, x, xsum, out, r, five):
                         hi |= ((np.int32(qh[j]) >> (2 * c + 1)) & 1) << 4
                     s_lo += np.float32(lo) * x0[j]
                     s_hi += np.float32(hi) * x1[j]
-                sc0, m0 = _k_scale_min(blk[b], 2 * c)
-                sc1, m1 = _k_scale_min(blk[b], 2 * c + 1)
+                sc0, m0 = _k_scale_min(blk, b, 2 * c)  # six-bit ints
+                sc1, m1 = _k_scale_min(blk, b, 2 * c + 1)
                 g = b * 8 + 2 * c
-                acc += d * (sc0 * s_lo + sc1 * s_hi) - dmin * (m0 * xsum[t, g] + m1 * xsum[t, g + 1])
+                acc += d * (np.float32(sc0) * s_lo + np.float32(sc1) * s_hi) - dmin * (
+                    np.float32(m0) * xsum[t, g] + np.float32(m1) * xsum[t, g + 1]
+                )
         out[t, r] = acc
 
 
