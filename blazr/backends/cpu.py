@@ -42,6 +42,8 @@ class Backend(ArrayAPIBackend):
         self.fast_kernels = HAS_NUMBA if fast_kernels is None else bool(fast_kernels)
         # round activations to int8 for 1-4-token matmuls with packed weights (blazr.quant.cpu_int8_dots)
         self.int8_activations = True
+        # set once a packed matmul has run numba's thread pool: then small dense matmuls use it too
+        self._numba_pool = False
         self._ops = None
         if self.fast_kernels:
             from blazr.backends import cpu_ops
@@ -75,8 +77,22 @@ class Backend(ArrayAPIBackend):
             x = x if w.perm is None else x[:, w.perm]  # (T, K) in the packed column order (GPTQ act-order)
             module = self._quant_module(w.format)
             if module.__name__.endswith("cpu_kernels"):
+                self._numba_pool = True
                 return module.matmul(x, w, int8=self.int8_activations)  # (T, N)
             return module.matmul(x, w)  # (T, N)
+        if (
+            self._numba_pool
+            and self._ops is not None
+            and isinstance(w, np.ndarray)
+            and x.shape[0] <= 4
+            and x.dtype == w.dtype == np.float32
+            and w.ndim == 2
+            and x.shape[-1] == w.shape[1]
+        ):
+            x = np.ascontiguousarray(x)
+            out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)  # (T, N)
+            self._ops.dense_matmul(x, np.asarray(w), out, max(1, -(-w.shape[0] // 16)))
+            return out
         return super().matmul(x, w)
 
     def embed(self, table: Array, ids: Array) -> Array:
