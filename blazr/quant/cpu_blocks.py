@@ -269,16 +269,25 @@ def _sources_hash() -> str:
     return digest.hexdigest()[:12]
 
 
-def decode_row(tag, row, f16, out):
-    """Decode one packed row of the format of `tag` (format_tag) into out (K,) float32."""
-    raise NotImplementedError("decode_row runs only inside numba-compiled kernels")
+def dispatch_by_format(table: dict, name: str):
+    """`fn(tag, *args)` that numba resolves, when it compiles a caller, to table[format of tag](*args): each
+    format compiles only its own function (decode_row here, the direct and int8 dots elsewhere)."""
+
+    def dispatch(tag, *args):
+        raise NotImplementedError(f"{name} runs only inside numba-compiled kernels")
+
+    @overload(dispatch)
+    def _for_format(tag, *args):
+        fn = table[tag_format(tag)]
+
+        def impl(tag, *args):
+            return fn(*args)
+
+        return impl
+
+    dispatch.__name__ = dispatch.__qualname__ = name
+    return dispatch
 
 
-@overload(decode_row, inline="always")
-def _decode_row_for(tag, row, f16, out):
-    decoder = DECODERS[tag_format(tag)]
-
-    def impl(tag, row, f16, out):
-        decoder(row, f16, out)
-
-    return impl
+# decode_row(tag, row (row_bytes,) uint8, f16 table, out (K,) float32): the row decoded by its format
+decode_row = dispatch_by_format(DECODERS, "decode_row")

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
-from numba.extending import overload
 
-from blazr.quant.cpu_blocks import _k_scale_min, tag_format
+from blazr.quant.cpu_blocks import _k_scale_min, dispatch_by_format
 
 
 @njit(inline="always")
@@ -141,16 +140,5 @@ def _dot_q5_k(row, f16, x, xsum, out, r):
 DOTS: dict = {"Q4_1": _dot_q4_1, "Q4_K": _dot_q4_k, "Q5_K": _dot_q5_k, "Q6_K": _dot_q6_k}
 
 
-def row_dot(tag, row, f16, x, xsum, out, r):
-    """out[:, r] = x (T, K) @ the dequantized row (K,), for the format of `tag` (cpu_blocks.format_tag)."""
-    raise NotImplementedError("row_dot runs only inside numba-compiled kernels")
-
-
-@overload(row_dot, inline="always")
-def _row_dot_for(tag, row, f16, x, xsum, out, r):
-    dot = DOTS[tag_format(tag)]
-
-    def impl(tag, row, f16, x, xsum, out, r):
-        dot(row, f16, x, xsum, out, r)
-
-    return impl
+# row_dot(tag, row, f16, x (T, K), xsum (T, K/32), out (T, N), r): out[:, r] = x @ the dequantized row
+row_dot = dispatch_by_format(DOTS, "row_dot")

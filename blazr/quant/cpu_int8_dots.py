@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange
-from numba.extending import overload
 
-from blazr.quant.cpu_blocks import tag_format
+from blazr.quant.cpu_blocks import dispatch_by_format
 from blazr.quant.cpu_simd import (
     dot_i8_biased,
     dot_q2_k,
@@ -311,19 +310,8 @@ INT8_DOTS: dict = {
 }  # fmt: skip
 
 
-def int8_row_dot(tag, row, xq, dx, xs, out, r):
-    """out[:, r] = dequantized xq (T, K) @ the dequantized row (K,), for the format of `tag`."""
-    raise NotImplementedError("int8_row_dot runs only inside numba-compiled kernels")
-
-
-@overload(int8_row_dot, inline="always")
-def _int8_row_dot_for(tag, row, xq, dx, xs, out, r):
-    dot = INT8_DOTS[tag_format(tag)]
-
-    def impl(tag, row, xq, dx, xs, out, r):
-        dot(row, xq, dx, xs, out, r)
-
-    return impl
+# int8_row_dot(tag, row, xq, dx, xs, out, r): out[:, r] = dequantized xq (T, K) @ the dequantized row
+int8_row_dot = dispatch_by_format(INT8_DOTS, "int8_row_dot")
 
 
 @njit(cache=True, nogil=True)
