@@ -439,13 +439,24 @@ def _gpt2_byte_decoder() -> dict[str, int]:
 
 @pytest.mark.registry
 @pytest.mark.slow
-def test_smollm2_greedy_continuation(smollm2_gguf):
+@pytest.mark.parametrize(
+    "int8,want",
+    [
+        (False, " Paris.\n\nThe answer is: 201"),  # float32 activations: EXPECTED_SMOLLM2_IDS
+        # the default int8 activations: llama.cpp's greedy text on the same file (llama-cpp-python 0.3.36,
+        # which rounds activations to int8 too); the two parted at a near-tie after " Paris.\n\n"
+        (True, " Paris.\n\nThe United States has a population of approximately"),
+    ],
+    ids=["f32", "int8"],
+)
+def test_smollm2_greedy_continuation(smollm2_gguf, int8, want):
     from blazr.backends import get_backend
     from blazr.loaders import load_checkpoint
 
     backend = get_backend("cpu")
     ckpt = load_checkpoint(smollm2_gguf)
     model = build_model(ckpt, backend)
+    backend.set_int8_activations(int8)
     cache = model.make_cache(8, 16)
     ids = [504, 3575, 282, 4649, 314]
     logits = backend.download(model(ForwardBatch.single(ids, 0, [0, 1], 16), cache))
@@ -455,8 +466,9 @@ def test_smollm2_greedy_continuation(smollm2_gguf):
         out.append(int(backend.download(model(step, cache))[-1].argmax()))
     tokens, decoder = ckpt.gguf_metadata["tokenizer.ggml.tokens"], _gpt2_byte_decoder()
     text = bytes(decoder[c] for t in out for c in tokens[t]).decode("utf-8")
-    assert text == " Paris.\n\nThe answer is: 201"
-    assert out == EXPECTED_SMOLLM2_IDS
+    assert text == want
+    if not int8:
+        assert out == EXPECTED_SMOLLM2_IDS
 
 
 EXPECTED_SMOLLM2_IDS = [

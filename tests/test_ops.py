@@ -172,6 +172,17 @@ def test_attention(backend, rng, case):
     check(backend, "attention", *inputs, block_size, scale, window=window, softcap=softcap)
 
 
+@pytest.mark.parametrize("case", list(ATTENTION_CASES))
+def test_attention_on_numbas_pool(rng, case):
+    """The cpu backend's parallel numba attention, which prefills take after int8 GEMMs ran on numba's pool."""
+    pytest.importorskip("numba")
+    from blazr.backends.cpu import Backend
+
+    backend = Backend()
+    backend._numba_prefill = True  # as after a cpu_int8_gemm matmul
+    test_attention(backend, rng, case)
+
+
 def test_attention_long_prefill_in_query_chunks(backend, rng, monkeypatch):
     monkeypatch.setattr(array_api, "_ATTN_CHUNK_ELEMS", 200)  # forces ~5-query chunks on the array backends
     inputs = paged_inputs(rng, [(30, 22), (9, 9)], 4, 2, 8, 4, True)

@@ -239,11 +239,19 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
+# llama.cpp's greedy text for REAL_PROMPTS[0] and [2] on the same Q4_1 file (llama-cpp-python 0.3.36, 24 tokens)
+LLAMA_CPP_TEXT = {
+    0: " Paris.\n\nThe United States has a population of approximately 311 million people.\n\nThe United States",
+    2: " there was a wise old wizard named Elwes. Elwes was a master of magic and had a special",
+}
+
+
 def test_int8_activations_keep_the_real_model_near_its_greedy_path(smollm2_gguf, monkeypatch):
-    """SmolLM2-135M (Q4_1 layers), 24 greedy tokens from three prompts: the default int8-activation decode
-    still answers " Paris.", matches float32 activations token for token on two prompts and for the first
-    12 tokens of the story prompt, where two near-tied continuations split (measured: 24, 24 and 16 tokens).
-    llama.cpp's int8 activations diverge from float32 references the same way."""
+    """SmolLM2-135M (Q4_1 layers), 24 greedy tokens from three prompts. The default int8 activations (prefill
+    and decode) give llama.cpp's text on the France and story prompts, token for token: llama.cpp rounds
+    activations to int8 too, and both part from the float32 path at near-ties (after 5 and 16 tokens there,
+    measured). On the fibonacci prompt, where llama.cpp parts from both after "return ", int8 and float32
+    agree on all 24 tokens."""
     import blazr
 
     assert "Q4_1" in cpu_kernels.INT8_FORMATS  # the int8 path is the default for this model's layers
@@ -256,9 +264,9 @@ def test_int8_activations_keep_the_real_model_near_its_greedy_path(smollm2_gguf,
     monkeypatch.setattr(cpu_kernels, "INT8_FORMATS", frozenset())
     f32 = [llm.generate(p, max_tokens=24, temperature=0, ignore_eos=True) for p in REAL_PROMPTS]
     agree = [_common_prefix(ids(a), ids(b)) for a, b in zip(int8, f32, strict=True)]
-    assert int8[0].startswith(" Paris.")
-    assert int8[:2] == f32[:2], agree
-    assert agree[2] >= 12, agree
+    assert int8[0] == LLAMA_CPP_TEXT[0] and int8[2] == LLAMA_CPP_TEXT[2], int8
+    assert int8[1] == f32[1], agree
+    assert f32[0].startswith(" Paris."), f32[0]
 
 
 # ---- tiny models: the default path against the dequantized weights ------------------------------------------

@@ -44,6 +44,9 @@ class Backend(ArrayAPIBackend):
         self.int8_activations = True
         # set once a packed matmul has run numba's thread pool: then small dense matmuls use it too
         self._numba_pool = False
+        # whether the last packed matmul was a multi-token one on numba's pool (the int8 GEMM): then a
+        # prefill's attention runs there too instead of waking OpenBLAS's pool (blazr.backends.cpu_attention)
+        self._numba_prefill = False
         self._ops = None
         if self.fast_kernels:
             from blazr.backends import cpu_ops
@@ -78,6 +81,7 @@ class Backend(ArrayAPIBackend):
             module = self._quant_module(w.format)
             if module.__name__.endswith("cpu_kernels"):
                 self._numba_pool = True
+                self._numba_prefill = module.path(x.shape[0], w.format, self.int8_activations) == "int8-gemm"
                 return module.matmul(x, w, int8=self.int8_activations)  # (T, N)
             return module.matmul(x, w)  # (T, N)
         if (
@@ -145,17 +149,21 @@ class Backend(ArrayAPIBackend):
     def attention(
         self, q, k_cache, v_cache, block_tables, ctx_lens, q_lens, block_size, scale, window=0, softcap=0.0
     ):
-        # A decode step (one query per sequence) runs the numba kernel; it declines anything else, and prefills
-        # keep numpy's batched BLAS matmuls.
+        # A decode step (one query per sequence) runs the serial numba kernel, which declines anything else;
+        # a prefill runs the parallel one when its matmuls run on numba's pool, else numpy's batched BLAS.
         if (
             self._ops is not None
-            and q.shape[0] == ctx_lens.shape[0]
             and q.dtype == k_cache.dtype == v_cache.dtype == np.float32
             and block_tables.dtype == ctx_lens.dtype == q_lens.dtype == np.int32
         ):
-            out = np.empty(q.shape, dtype=np.float32)  # (B, H, Dh)
+            out = np.empty(q.shape, dtype=np.float32)  # (T, H, Dh)
             args = (int(block_size), np.float32(scale), int(window), np.float32(softcap), out)
-            if self._ops.attention_decode(q, k_cache, v_cache, block_tables, ctx_lens, q_lens, *args):
+            if q.shape[0] == ctx_lens.shape[0] and self._ops.attention_decode(
+                q, k_cache, v_cache, block_tables, ctx_lens, q_lens, *args
+            ):
+                return out
+            if self._numba_prefill:
+                self._ops.attention_prefill(q, k_cache, v_cache, block_tables, ctx_lens, q_lens, *args)
                 return out
         return super().attention(
             q, k_cache, v_cache, block_tables, ctx_lens, q_lens, block_size, scale, window, softcap

@@ -1,5 +1,5 @@
 """numba kernels for the CPU backend's small per-token ops: RMSNorm, RoPE, KV-cache writes, the SiLU-gated
-product and single-query (decode) attention over the paged cache.
+product, and (from blazr.backends.cpu_attention) attention over the paged cache.
 
 Why: in a decode step of a small model these ops run ~10 times per layer on tensors of a few KB, and numpy
 spends most of their time in per-call overhead and in one full pass over memory per elementwise op (numpy
@@ -19,6 +19,8 @@ import math
 
 import numpy as np
 from numba import njit, prange
+
+from blazr.backends.cpu_attention import attention_decode, attention_prefill  # noqa: F401 (the backend's ops)
 
 
 @njit(cache=True, fastmath=True, nogil=True)
@@ -80,103 +82,6 @@ def silu_mul(gate, up, out):
         for i in range(f):
             g = g_row[i]
             o_row[i] = g / (np.float32(1.0) + np.exp(min(-g, np.float32(88.0)))) * u_row[i]
-
-
-@njit(cache=True, fastmath=True, nogil=True)
-def attention_decode(q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, out):
-    """One query per sequence: out (B, H, Dh) = softmax(q k^T * scale) v over the sequence's cached keys.
-    Returns False, computing nothing, unless every q_lens[b] is 1 (the caller then takes the general path).
-
-    q (B, H, Dh); caches (S, Hkv, Dh) with slot = tables[b, p // block_size] * block_size + p % block_size for
-    position p; ctx_lens (B,) include the query's own position; window > 0 keeps the last `window` keys;
-    softcap > 0 squashes scores to softcap * tanh(s / softcap). Each key row is loaded once per kv head and
-    dotted with that head's G = H / Hkv queries.
-    """
-    batch, heads, dh = q.shape
-    for b in range(batch):
-        if q_lens[b] != 1:
-            return False
-    hkv = k_cache.shape[1]
-    g_len = heads // hkv
-    max_ctx = 0
-    for b in range(batch):
-        max_ctx = max(max_ctx, ctx_lens[b])
-    scores = np.empty((g_len, max_ctx), dtype=np.float32)  # (G, L) one kv head's scores, then weights
-    acc = np.empty((g_len, dh), dtype=np.float32)  # (G, Dh)
-    # (G, Dh) this kv head's queries, copied: q is usually a strided view (of the fused qkv rows), and the
-    # dot products only vectorise over rows numba knows to be contiguous
-    qh = np.empty((g_len, dh), dtype=np.float32)
-    slots = np.empty(max_ctx, dtype=np.int64)  # (L,) cache row of each key, found without a division per key
-    for b in range(batch):
-        ctx = ctx_lens[b]
-        lo = max(0, ctx - window) if window > 0 else 0
-        n_keys = ctx - lo
-        blk, off = lo // block_size, lo % block_size
-        for j in range(n_keys):
-            slots[j] = tables[b, blk] * block_size + off
-            off += 1
-            if off == block_size:
-                blk, off = blk + 1, 0
-        for kh in range(hkv):
-            for g in range(g_len):
-                qh[g] = q[b, kh * g_len + g]
-            n4 = n_keys // 4 * 4
-            for j in range(0, n4, 4):  # four keys per pass over each query: four dot products in flight
-                k0, k1 = k_cache[slots[j], kh], k_cache[slots[j + 1], kh]  # (Dh,) each
-                k2, k3 = k_cache[slots[j + 2], kh], k_cache[slots[j + 3], kh]
-                for g in range(g_len):
-                    qv = qh[g]  # (Dh,)
-                    s0 = s1 = s2 = s3 = np.float32(0.0)
-                    for i in range(dh):
-                        s0 += qv[i] * k0[i]
-                        s1 += qv[i] * k1[i]
-                        s2 += qv[i] * k2[i]
-                        s3 += qv[i] * k3[i]
-                    scores[g, j], scores[g, j + 1], scores[g, j + 2], scores[g, j + 3] = s0, s1, s2, s3
-            for j in range(n4, n_keys):
-                key = k_cache[slots[j], kh]  # (Dh,)
-                for g in range(g_len):
-                    qv = qh[g]  # (Dh,)
-                    s = np.float32(0.0)
-                    for i in range(dh):
-                        s += qv[i] * key[i]
-                    scores[g, j] = s
-            for g in range(g_len):
-                for j in range(n_keys):
-                    sc = scores[g, j] * scale
-                    scores[g, j] = softcap * np.tanh(sc / softcap) if softcap > 0 else sc
-            for g in range(g_len):
-                top = scores[g, 0]
-                for j in range(1, n_keys):
-                    top = max(top, scores[g, j])
-                for j in range(n_keys):
-                    scores[g, j] = np.exp(scores[g, j] - top)
-                acc[g] = 0.0
-            # four keys per pass over acc: a quarter of the loads and stores of acc
-            n4 = n_keys // 4 * 4
-            for j in range(0, n4, 4):
-                v0, v1 = v_cache[slots[j], kh], v_cache[slots[j + 1], kh]  # (Dh,) each
-                v2, v3 = v_cache[slots[j + 2], kh], v_cache[slots[j + 3], kh]
-                for g in range(g_len):
-                    w0, w1, w2, w3 = scores[g, j], scores[g, j + 1], scores[g, j + 2], scores[g, j + 3]
-                    a = acc[g]  # (Dh,)
-                    for i in range(dh):
-                        a[i] += w0 * v0[i] + w1 * v1[i] + w2 * v2[i] + w3 * v3[i]
-            for j in range(n4, n_keys):
-                val = v_cache[slots[j], kh]  # (Dh,)
-                for g in range(g_len):
-                    wj = scores[g, j]
-                    a = acc[g]
-                    for i in range(dh):
-                        a[i] += wj * val[i]
-            for g in range(g_len):
-                denom = np.float32(0.0)
-                for j in range(n_keys):
-                    denom += scores[g, j]
-                o = out[b, kh * g_len + g]  # (Dh,)
-                for i in range(dh):
-                    o[i] = acc[g, i] / denom
-    return True
 
 
 @njit(cache=True, fastmath=True, nogil=True)

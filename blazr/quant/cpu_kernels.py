@@ -3,8 +3,9 @@
 Decode (few tokens): each thread takes a range of weight rows and reads each row once per call: for up to
 FUSED_MAX_TOKENS tokens the common formats multiply the packed blocks directly (blazr.quant.cpu_dots); else a
 row is decoded into an L1 scratch row and dotted with every activation row.
-Prefill (many tokens): an L2-sized tile of rows is decoded to float32 in parallel, then multiplied by BLAS sgemm, which
-is far faster than any dot-product loop once a decoded row is reused by many tokens.
+Prefill (many tokens): with int8 activations on a CPU with VNNI, the formats of blazr.quant.cpu_int8_gemm run an int8
+GEMM (rows unpacked once to bytes, vpdpbusd register tiles). Otherwise an L2-sized tile of rows is decoded to float32,
+then multiplied by BLAS sgemm, which is far faster than any dot-product loop once a decoded row is reused by many tokens.
 Every entry point releases the GIL (nogil=True): the server's event loop thread then streams tokens while
 the engine thread is inside a kernel, instead of waiting out Python's GIL switch interval on every token.
 Importing this module imports numba; the CPU backend falls back to blazr.quant.reference_matmul without it.
@@ -19,6 +20,8 @@ from blazr.quant import QuantRowStack, QuantWeight, cpu_iq_blocks, cpu_small_blo
 from blazr.quant.cpu_blocks import DECODERS, F16_TABLE, decode_row, format_tag
 from blazr.quant.cpu_dots import DOTS, row_dot
 from blazr.quant.cpu_int8_dots import INT8_DOTS, matmul_int8
+from blazr.quant.cpu_int8_gemm import FORMATS as GEMM_FORMATS
+from blazr.quant.cpu_int8_gemm import matmul_int8_gemm
 from blazr.quant.cpu_simd import prefetch
 
 FORMATS: tuple[str, ...] = tuple(DECODERS)
@@ -29,8 +32,13 @@ GEMM_MIN_TOKENS = 12
 FUSED_MAX_TOKENS = 1
 # Up to INT8_MAX_TOKENS tokens, weights of INT8_FORMATS (any of cpu_int8_dots.INT8_DOTS) round x to int8 per
 # 32 values and use integer SIMD dots: 2.4-3.4x less CPU time for one token, 1.2-1.9x for 4, 1.0-1.5x for 8
-# ((2048, 2048) weights, one thread). Opt-in: it changes results by about 3e-5 NMSE (tests/test_quant_int8.py).
-INT8_MAX_TOKENS = 4
+# ((2048, 2048) weights, one thread). It changes results by about 3e-5 NMSE (tests/test_quant_int8.py).
+# From INT8_GEMM_MIN_TOKENS tokens they take the int8 GEMM where the CPU has it (cpu_int8_gemm.FORMATS is
+# empty without VNNI): it unpacks every row once per call, which (8192, 2048) Q4_K/Q6_K weights paid back from
+# 8 tokens. The two ranges meet, so every token count rounds x the same way: a token's result then differs
+# between a solo run and a batch only by float32 summation order (tests/test_batching_invariants.py).
+INT8_GEMM_MIN_TOKENS = 8
+INT8_MAX_TOKENS = INT8_GEMM_MIN_TOKENS - 1
 INT8_FORMATS: frozenset[str] = frozenset(INT8_DOTS) - {"Q8_0"}
 # The row kernels ask for the row this far ahead while they work: the hardware prefetcher stops at each 4 KB
 # page, and streaming Q8_0 weights ran at 6 G weights/s without it against 10-11 with it (2 threads).
@@ -122,16 +130,38 @@ def matmul(x: np.ndarray, w: QuantWeight | QuantRowStack, int8: bool = True) -> 
     n, k = w.shape
     out = np.empty((x.shape[0], n), dtype=np.float32)  # (T, N)
     tag = format_tag(w.format)
-    if int8 and x.shape[0] <= INT8_MAX_TOKENS and w.format in INT8_FORMATS:
+    kernel = path(x.shape[0], w.format, int8)
+    if kernel == "int8":
         matmul_int8(x, w.blocks, tag, out, _rows_per_task(n))
-        return out
-    if x.shape[0] <= FUSED_MAX_TOKENS and w.format in DOTS:
+    elif kernel == "int8-gemm":
+        matmul_int8_gemm(x, w.blocks, tag, out, get_num_threads())
+    elif kernel == "fused":
         xsum = x.reshape(x.shape[0], k // 32, 32).sum(axis=2)  # (T, K/32)
         _matmul_fused(x, w.blocks, tag, F16_TABLE, xsum, out, _rows_per_task(n))
-        return out
-    if x.shape[0] < GEMM_MIN_TOKENS:
+    elif kernel == "rows":
         _matmul_rows(x, w.blocks, tag, F16_TABLE, out, _rows_per_task(n))
-        return out
+    else:
+        _matmul_sgemm(x, w, tag, out)
+    return out
+
+
+def path(tokens: int, fmt: str, int8: bool) -> str:
+    """The kernel matmul runs for `tokens` rows of x and weights of format `fmt`: "int8" (row dots with int8
+    x), "int8-gemm" (cpu_int8_gemm, on numba's pool), "fused" (direct float dots), "rows" (decoded row
+    dots) or "sgemm" (decoded tiles times BLAS sgemm, on BLAS's pool)."""
+    if int8 and fmt in INT8_FORMATS:
+        if tokens <= INT8_MAX_TOKENS:
+            return "int8"
+        if tokens >= INT8_GEMM_MIN_TOKENS and fmt in GEMM_FORMATS:
+            return "int8-gemm"
+    if tokens <= FUSED_MAX_TOKENS and fmt in DOTS:
+        return "fused"
+    return "rows" if tokens < GEMM_MIN_TOKENS else "sgemm"
+
+
+def _matmul_sgemm(x: np.ndarray, w: QuantWeight, tag: np.ndarray, out: np.ndarray) -> None:
+    """out (T, N) = x (T, K) @ decode(w).T, one L2-sized tile of decoded rows per sgemm call."""
+    n, k = w.shape
     tile_rows = max(1, min(n, _TILE_ELEMS // k))
     tile = np.empty((tile_rows, k), dtype=np.float32)  # (tile_rows, K) reused for every tile
     for start in range(0, n, tile_rows):
@@ -140,7 +170,6 @@ def matmul(x: np.ndarray, w: QuantWeight | QuantRowStack, int8: bool = True) -> 
         # pools spin against each other on every tile (measured 100x slower); the sgemm is the costly part.
         _decode_span(tag, w.blocks[start:stop], F16_TABLE, tile, 0, stop - start)
         np.matmul(x, tile[: stop - start].T, out=out[:, start:stop])
-    return out
 
 
 def embed(w: QuantWeight, ids: np.ndarray) -> np.ndarray:

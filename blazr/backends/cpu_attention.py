@@ -1,0 +1,173 @@
+"""numba attention over the paged KV cache for the CPU backend: one query per sequence (decode, serial) and
+many (prefill, parallel over sequence x KV head).
+
+Why two: a decode step's attention is microseconds of work between matmuls that already ran on a thread
+pool, so it stays serial. A prefill's attention is milliseconds and sits between the int8 GEMMs that run on
+numba's pool (blazr.quant.cpu_int8_gemm); numpy's batched BLAS matmuls there woke OpenBLAS's pool, whose
+spinning threads then took the cores from numba's next GEMM (1B shape, 128 tokens: prefill 2.2 s against
+1.4 s with OpenBLAS at one thread). So a prefill whose matmuls run on numba's pool attends on it too.
+
+Both share `_attend`: the G = H / Hkv queries of one KV head against a run of keys, each key row loaded once
+per pass and dotted with all G queries. Layouts as in Backend.attention: q (T, H, Dh); caches (S, Hkv, Dh)
+with position p of sequence b in slot tables[b, p // block_size] * block_size + p % block_size.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+
+@njit(inline="always")
+def _attend(qh, k_cache, v_cache, slots, kh, scale, softcap, scores, acc, out_rows):
+    """out_rows[g] = softmax(qh[g] . keys * scale) @ values over the keys at `slots` (n,) of KV head kh.
+    qh (G, Dh) contiguous queries; scores (G, >= n) and acc (G, Dh) scratch; out_rows (G, Dh)."""
+    g_len, dh = qh.shape
+    n_keys = slots.size
+    n4 = n_keys // 4 * 4
+    for j in range(0, n4, 4):  # four keys per pass over each query: four dot products in flight
+        k0, k1 = k_cache[slots[j], kh], k_cache[slots[j + 1], kh]  # (Dh,) each
+        k2, k3 = k_cache[slots[j + 2], kh], k_cache[slots[j + 3], kh]
+        for g in range(g_len):
+            qv = qh[g]  # (Dh,)
+            s0 = s1 = s2 = s3 = np.float32(0.0)
+            for i in range(dh):
+                s0 += qv[i] * k0[i]
+                s1 += qv[i] * k1[i]
+                s2 += qv[i] * k2[i]
+                s3 += qv[i] * k3[i]
+            scores[g, j], scores[g, j + 1], scores[g, j + 2], scores[g, j + 3] = s0, s1, s2, s3
+    for j in range(n4, n_keys):
+        key = k_cache[slots[j], kh]  # (Dh,)
+        for g in range(g_len):
+            qv = qh[g]  # (Dh,)
+            s = np.float32(0.0)
+            for i in range(dh):
+                s += qv[i] * key[i]
+            scores[g, j] = s
+    for g in range(g_len):
+        for j in range(n_keys):
+            sc = scores[g, j] * scale
+            scores[g, j] = softcap * np.tanh(sc / softcap) if softcap > 0 else sc
+        top = scores[g, 0]
+        for j in range(1, n_keys):
+            top = max(top, scores[g, j])
+        for j in range(n_keys):
+            scores[g, j] = np.exp(scores[g, j] - top)
+        acc[g] = 0.0
+    for j in range(0, n4, 4):  # four keys per pass over acc: a quarter of the loads and stores of acc
+        v0, v1 = v_cache[slots[j], kh], v_cache[slots[j + 1], kh]  # (Dh,) each
+        v2, v3 = v_cache[slots[j + 2], kh], v_cache[slots[j + 3], kh]
+        for g in range(g_len):
+            w0, w1, w2, w3 = scores[g, j], scores[g, j + 1], scores[g, j + 2], scores[g, j + 3]
+            a = acc[g]  # (Dh,)
+            for i in range(dh):
+                a[i] += w0 * v0[i] + w1 * v1[i] + w2 * v2[i] + w3 * v3[i]
+    for j in range(n4, n_keys):
+        val = v_cache[slots[j], kh]  # (Dh,)
+        for g in range(g_len):
+            wj = scores[g, j]
+            a = acc[g]
+            for i in range(dh):
+                a[i] += wj * val[i]
+    for g in range(g_len):
+        denom = np.float32(0.0)
+        for j in range(n_keys):
+            denom += scores[g, j]
+        o = out_rows[g]  # (Dh,)
+        for i in range(dh):
+            o[i] = acc[g, i] / denom
+
+
+@njit(inline="always")
+def _sequence_slots(tables, b, n, block_size, slots):
+    """slots[p] = the cache row of position p < n of sequence b, without a division per position."""
+    blk = off = 0
+    for p in range(n):
+        slots[p] = tables[b, blk] * block_size + off
+        off += 1
+        if off == block_size:
+            blk, off = blk + 1, 0
+
+
+@njit(cache=True, fastmath=True, nogil=True)
+def attention_decode(q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, out):
+    """One query per sequence: out (B, H, Dh) = softmax(q k^T * scale) v over the sequence's cached keys.
+    Returns False, computing nothing, unless every q_lens[b] is 1 (the caller then takes another path).
+
+    ctx_lens (B,) include the query's own position; window > 0 keeps the last `window` keys; softcap > 0
+    squashes scores to softcap * tanh(s / softcap)."""
+    batch, heads, dh = q.shape
+    for b in range(batch):
+        if q_lens[b] != 1:
+            return False
+    hkv = k_cache.shape[1]
+    g_len = heads // hkv
+    max_ctx = 0
+    for b in range(batch):
+        max_ctx = max(max_ctx, ctx_lens[b])
+    scores = np.empty((g_len, max_ctx), dtype=np.float32)  # (G, L) one kv head's scores, then weights
+    acc = np.empty((g_len, dh), dtype=np.float32)  # (G, Dh)
+    # (G, Dh) this kv head's queries, copied: q is usually a strided view (of the fused qkv rows), and the
+    # dot products only vectorise over rows numba knows to be contiguous
+    qh = np.empty((g_len, dh), dtype=np.float32)
+    slots = np.empty(max_ctx, dtype=np.int64)  # (L,) cache row of each position
+    for b in range(batch):
+        ctx = ctx_lens[b]
+        _sequence_slots(tables, b, ctx, block_size, slots)
+        lo = max(0, ctx - window) if window > 0 else 0
+        for kh in range(hkv):
+            for g in range(g_len):
+                qh[g] = q[b, kh * g_len + g]
+            _attend(
+                qh,
+                k_cache,
+                v_cache,
+                slots[lo:ctx],
+                kh,
+                scale,
+                softcap,
+                scores,
+                acc,
+                out[b, kh * g_len : (kh + 1) * g_len],
+            )
+    return True
+
+
+@njit(parallel=True, cache=True, fastmath=True, nogil=True)
+def attention_prefill(q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, out):
+    """Any number of queries per sequence (Backend.attention's contract): out (T, H, Dh). The queries of
+    sequence b are positions ctx_lens[b] - q_lens[b] .. ctx_lens[b] - 1, each seeing keys up to its own
+    position (the last `window` of them when window > 0). Parallel over (sequence, KV head)."""
+    batch = ctx_lens.shape[0]
+    heads, dh = q.shape[1], q.shape[2]
+    hkv = k_cache.shape[1]
+    g_len = heads // hkv
+    first = np.zeros(batch + 1, dtype=np.int64)  # (B + 1,) row of each sequence's first query in q
+    for b in range(batch):
+        first[b + 1] = first[b] + q_lens[b]
+    for task in prange(batch * hkv):
+        b, kh = task // hkv, task % hkv
+        ctx = ctx_lens[b]
+        slots = np.empty(ctx, dtype=np.int64)  # (L,)
+        _sequence_slots(tables, b, ctx, block_size, slots)
+        scores = np.empty((g_len, ctx), dtype=np.float32)  # (G, L)
+        acc = np.empty((g_len, dh), dtype=np.float32)  # (G, Dh)
+        qh = np.empty((g_len, dh), dtype=np.float32)  # (G, Dh)
+        for i in range(q_lens[b]):
+            row, pos = first[b] + i, ctx - q_lens[b] + i
+            lo = max(0, pos + 1 - window) if window > 0 else 0
+            for g in range(g_len):
+                qh[g] = q[row, kh * g_len + g]
+            _attend(
+                qh,
+                k_cache,
+                v_cache,
+                slots[lo : pos + 1],
+                kh,
+                scale,
+                softcap,
+                scores,
+                acc,
+                out[row, kh * g_len : (kh + 1) * g_len],
+            )

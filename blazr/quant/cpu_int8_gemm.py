@@ -1,0 +1,102 @@
+"""Prefill matmul with int8 activations: many tokens times packed GGML rows, on the VNNI micro-kernel.
+
+Why: a prompt of T tokens multiplies every weight T times. Decoding rows to float32 for BLAS sgemm made a
+1B model's 128-token prefill compute-bound at ~45 G multiply-adds/s a core; `vpdpbusd` does 64 int8
+multiply-adds per instruction (85 G/s a core in cpu_gemm_simd's tile, this CPU).
+
+How, per call:
+1. x (T, K) is rounded to int8 per 32 values (cpu_int8_dots.quantize_rows, as the decode kernels do), once.
+2. Each parallel task unpacks its weight rows (cpu_unpack: one byte per weight, a float scale per 4 values,
+   an offset per 16) into scratch that stays in L2, then runs gemm_tile over every (4 rows, 3 tokens) tile,
+   token chunk by token chunk so the int8 activations it rereads stay in L2 as well.
+3. The offsets, in the same tile: out[t, r] -= sum_g mins[r, g] * dx[t, g / 2] * xs[t, g] over 16-value
+   groups g, with xs the integer sums of the *quantized* x, so the offset and the scaled part see the same
+   rounded x (exactly the dequantized weights times the dequantized activations, up to float32 rounding).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from blazr.quant.cpu_gemm_simd import LANE_BYTES, ROWS, TOKENS, gemm_tile
+from blazr.quant.cpu_int8_dots import quantize_rows
+from blazr.quant.cpu_unpack import UNPACKERS, unpack_row
+
+AVAILABLE = gemm_tile is not None
+FORMATS: frozenset[str] = frozenset(UNPACKERS) if AVAILABLE else frozenset()
+_STEP = 64  # K is padded to a multiple of this (LANE_BYTES divides it)
+_GROUP_STEP = 16  # and its 16-value groups to a multiple of this (LANE_BYTES / 4 divides it)
+_SCRATCH_BYTES = 1 << 18  # unpacked rows per task (2.25 bytes per weight): 256 KB of a 2 MB L2
+_X_CHUNK_BYTES = 1 << 19  # int8 activations reread per row tile: 512 KB
+
+
+@njit(cache=True, nogil=True)
+def _task(tag, blocks, xq, dx, xsum, out, start, stop, k):
+    """out[:, start:stop] for rows start..stop of blocks; xq (Tp, Kp) int8, dx (Tp, Kp/32), xsum (Tp, G)."""
+    tp, kp = xq.shape
+    groups = xsum.shape[1]
+    nrows = stop - start
+    rp = (nrows + ROWS - 1) // ROWS * ROWS
+    q = np.zeros((rp, kp), dtype=np.uint8)  # (Rp, Kp) unpacked rows; padding rows and columns stay 0
+    ws = np.zeros((rp, kp // 4), dtype=np.float32)  # (Rp, Kp/4) scale per 4 values
+    mins = np.zeros((rp, groups), dtype=np.float32)  # (Rp, G) offset per 16 values
+    for i in range(nrows):
+        unpack_row(tag, blocks[start + i], q[i, :k], ws[i, : k // 4], mins[i, : k // 16])
+    acc = np.empty((tp, rp), dtype=np.float32)  # (Tp, Rp)
+    chunk = max(TOKENS, _X_CHUNK_BYTES // kp // TOKENS * TOKENS)
+    for t_start in range(0, tp, chunk):
+        for r0 in range(0, rp, ROWS):
+            for t0 in range(t_start, min(tp, t_start + chunk), TOKENS):
+                gemm_tile(q, ws, mins, xq, dx, xsum, acc, r0, t0, kp // LANE_BYTES, groups * 4 // LANE_BYTES)
+    for t in range(out.shape[0]):
+        out[t, start:stop] = acc[t, :nrows]
+
+
+@njit(cache=True, nogil=True)
+def _quantize_padded(x, tp, kp):
+    """x (T, K) float32 -> xq (Tp, Kp) int8, dx (Tp, Kp/32) float32 and xsum (Tp, G) float32, the
+    dequantized sums of x per 16 values (G: K/16 up to a whole gemm_tile step); padding is 0. Serial and outside the parallel
+    function: numba's parfor pass rewrote the padded copies wrongly inside it."""
+    t, k = x.shape
+    xq = np.zeros((tp, k), dtype=np.int8)  # (Tp, K)
+    dx = np.zeros((tp, k // 32), dtype=np.float32)  # (Tp, K/32)
+    xs = np.zeros((tp, k // 16), dtype=np.int32)  # (Tp, K/16)
+    quantize_rows(x, xq[:t], dx[:t], xs[:t])
+    xq_padded = np.zeros((tp, kp), dtype=np.int8)  # (Tp, Kp)
+    dx_padded = np.zeros((tp, kp // 32), dtype=np.float32)  # (Tp, Kp/32)
+    groups = (kp // 16 + _GROUP_STEP - 1) // _GROUP_STEP * _GROUP_STEP
+    xsum = np.zeros((tp, groups), dtype=np.float32)  # (Tp, G)
+    for ti in range(t):
+        xq_padded[ti, :k] = xq[ti]
+        dx_padded[ti, : k // 32] = dx[ti]
+        for g in range(k // 16):
+            xsum[ti, g] = dx[ti, g // 2] * np.float32(xs[ti, g])
+    return xq_padded, dx_padded, xsum
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _matmul(x, blocks, tag, out, rows_per_task):
+    t, k = x.shape
+    tp, kp = (t + TOKENS - 1) // TOKENS * TOKENS, (k + _STEP - 1) // _STEP * _STEP
+    xq, dx, xsum = _quantize_padded(x, tp, kp)
+    n = blocks.shape[0]
+    for task in prange((n + rows_per_task - 1) // rows_per_task):
+        start = task * rows_per_task
+        _task(tag, blocks, xq, dx, xsum, out, start, min(n, start + rows_per_task), k)
+
+
+def rows_per_task(n: int, k: int, threads: int) -> int:
+    """Rows per parallel task: about 8 tasks a thread, within the scratch budget, a multiple of ROWS."""
+    budget = max(ROWS, _SCRATCH_BYTES * 4 // (9 * k) // ROWS * ROWS)
+    balanced = -(-n // (8 * threads))
+    return max(ROWS, min(budget, -(-balanced // ROWS) * ROWS))
+
+
+def matmul_int8_gemm(
+    x: np.ndarray, blocks: np.ndarray, tag: np.ndarray, out: np.ndarray, threads: int
+) -> None:
+    """out (T, N) = int8-rounded x (T, K) float32 @ dequantized(blocks (N, row_bytes)).T (`tag`: its format)."""
+    if not AVAILABLE:
+        raise RuntimeError("the int8 GEMM needs a CPU with VNNI (AVX512-VNNI or AVX-VNNI)")
+    _matmul(x, blocks, tag, out, rows_per_task(blocks.shape[0], x.shape[1], threads))

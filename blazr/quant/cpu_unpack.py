@@ -1,0 +1,223 @@
+"""Packed GGML rows unpacked for the int8 GEMM (blazr.quant.cpu_int8_gemm): one byte per weight and float scales.
+
+`unpack_row(tag, row, q, ws, mins)` writes, for the K values of one packed row,
+    q    (K,)    uint8    the format's unsigned integer of each value (Q8_0: the int8 with its sign bit flipped)
+    ws   (K/4,)  float32  the scale of each run of 4 values (the lane width of vpdpbusd)
+    mins (K/16,) float32  the offset of each 16-value group
+so that value j = ws[j // 4] * q[j] - mins[j // 16], the format's dequantization with its offset
+(q - 8, q - 32, ...) or minimum moved into `mins`. Every format here has groups of 16 or 32 values, so a scale
+is constant over 4 values and an offset over 16.
+
+Why unpack at all: a prefill matmul multiplies each weight by every prompt token, so a row is unpacked once
+and then read 100+ times by the GEMM, which then needs no format-specific code: one kernel for every format.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from blazr.quant.cpu_blocks import dispatch_by_format
+from blazr.quant.cpu_simd import f16_at
+
+
+@njit(inline="always")
+def _fill(a, start, count, value):
+    for i in range(start, start + count):
+        a[i] = value
+
+
+# ---- 32-value blocks -------------------------------------------------------------------------------------
+
+
+@njit(inline="always")  # into each wrapper below, where the layout arguments are constants
+def _q4_q5(row, q, ws, mins, block_bytes, five, has_min):
+    """Q4_0 (d, qs[16]; q - 8), Q4_1 (d, m, qs[16]; d q + m), Q5_0 (d, qh[4], qs[16]; q - 16), Q5_1."""
+    qh_at = 4 if has_min else 2
+    qs_at = qh_at + (4 if five else 0)
+    for b in range(q.size // 32):
+        o, v = b * block_bytes, 32 * b
+        d = f16_at(row, o)
+        m = -f16_at(row, o + 2) if has_min else d * np.float32(16.0 if five else 8.0)
+        qh = np.uint32(0)
+        if five:
+            qh = np.uint32(row[o + qh_at]) | (np.uint32(row[o + qh_at + 1]) << np.uint32(8))
+            qh |= (np.uint32(row[o + qh_at + 2]) << np.uint32(16)) | (
+                np.uint32(row[o + qh_at + 3]) << np.uint32(24)
+            )
+        for j in range(16):
+            byte = row[o + qs_at + j]
+            lo, hi = byte & np.uint8(15), byte >> np.uint8(4)
+            if five:
+                lo |= np.uint8((qh >> np.uint32(j)) & np.uint32(1)) << np.uint8(4)
+                hi |= np.uint8((qh >> np.uint32(j + 16)) & np.uint32(1)) << np.uint8(4)
+            q[v + j], q[v + 16 + j] = lo, hi
+        _fill(ws, 8 * b, 8, d)
+        _fill(mins, 2 * b, 2, m)
+
+
+@njit(fastmath=True, nogil=True)
+def _q4_0(row, q, ws, mins):
+    _q4_q5(row, q, ws, mins, 18, False, False)
+
+
+@njit(fastmath=True, nogil=True)
+def _q4_1(row, q, ws, mins):
+    _q4_q5(row, q, ws, mins, 20, False, True)
+
+
+@njit(fastmath=True, nogil=True)
+def _q5_0(row, q, ws, mins):
+    _q4_q5(row, q, ws, mins, 22, True, False)
+
+
+@njit(fastmath=True, nogil=True)
+def _q5_1(row, q, ws, mins):
+    _q4_q5(row, q, ws, mins, 24, True, True)
+
+
+@njit(fastmath=True, nogil=True)
+def _q8_0(row, q, ws, mins):
+    """Q8_0 (d, qs[32] int8): q = qs + 128 as unsigned, offset 128 d."""
+    for b in range(q.size // 32):
+        o = 34 * b
+        d = f16_at(row, o)
+        for j in range(32):
+            q[32 * b + j] = row[o + 2 + j] ^ np.uint8(128)
+        _fill(ws, 8 * b, 8, d)
+        _fill(mins, 2 * b, 2, d * np.float32(128.0))
+
+
+# ---- 256-value K-quant super-blocks ---------------------------------------------------------------------
+
+
+@njit(inline="always")
+def _k_scale_min(row, o, g):
+    """Q4_K/Q5_K six-bit (scale, min) of group g from the 12 bytes at o + 4 of one super-block."""
+    if g < 4:
+        return np.int32(row[o + 4 + g]) & 63, np.int32(row[o + 8 + g]) & 63
+    sc = (np.int32(row[o + 8 + g]) & 15) | ((np.int32(row[o + g]) >> 6) << 4)
+    mn = (np.int32(row[o + 8 + g]) >> 4) | ((np.int32(row[o + 4 + g]) >> 6) << 4)
+    return sc, mn
+
+
+@njit(inline="always")
+def _q45_k(row, q, ws, mins, five):
+    """Q4_K (d, dmin, scales[12], qs[128]) and Q5_K (+ qh[32] before qs): chunk c of 32 bytes holds group 2c
+    in its low nibbles and 2c + 1 in its high ones (bit 2c / 2c + 1 of qh[j] is Q5_K's bit 4); v = d sc q - dmin m."""
+    block_bytes, qs_at = (176, 48) if five else (144, 16)
+    for b in range(q.size // 256):
+        o, v = b * block_bytes, 256 * b
+        d, dmin = f16_at(row, o), f16_at(row, o + 2)
+        for c in range(4):
+            for j in range(32):
+                byte = row[o + qs_at + 32 * c + j]
+                lo, hi = byte & np.uint8(15), byte >> np.uint8(4)
+                if five:
+                    bits = row[o + 16 + j] >> np.uint8(2 * c)
+                    lo |= (bits & np.uint8(1)) << np.uint8(4)
+                    hi |= ((bits >> np.uint8(1)) & np.uint8(1)) << np.uint8(4)
+                q[v + 64 * c + j], q[v + 64 * c + 32 + j] = lo, hi
+        for g in range(8):
+            sc, mn = _k_scale_min(row, o, g)
+            _fill(ws, (v >> 2) + 8 * g, 8, d * np.float32(sc))
+            _fill(mins, (v >> 4) + 2 * g, 2, dmin * np.float32(mn))
+
+
+@njit(fastmath=True, nogil=True)
+def _q4_k(row, q, ws, mins):
+    _q45_k(row, q, ws, mins, False)
+
+
+@njit(fastmath=True, nogil=True)
+def _q5_k(row, q, ws, mins):
+    _q45_k(row, q, ws, mins, True)
+
+
+@njit(fastmath=True, nogil=True)
+def _q2_k(row, q, ws, mins):
+    """Q2_K (scales[16] = scale | min << 4, qs[64], d, dmin): value 128 h + 32 f + j is field f
+    ((qs[32 h + j] >> 2 f) & 3) of half h, in 16-group 8 h + 2 f + j // 16; v = d sc q - dmin m."""
+    for b in range(q.size // 256):
+        o, v = 84 * b, 256 * b
+        d, dmin = f16_at(row, o + 80), f16_at(row, o + 82)
+        for h in range(2):
+            for f in range(4):
+                for j in range(32):
+                    q[v + 128 * h + 32 * f + j] = (row[o + 16 + 32 * h + j] >> np.uint8(2 * f)) & np.uint8(3)
+        for g in range(16):
+            sc = np.int32(row[o + g])
+            _fill(ws, (v >> 2) + 4 * g, 4, d * np.float32(sc & 15))
+            mins[(v >> 4) + g] = dmin * np.float32(sc >> 4)
+
+
+@njit(inline="always")
+def _q3_k_scale(row, o, s):
+    """Q3_K six-bit scale s (signed, -32..31) from the 12 bytes at o + 96 of one super-block."""
+    low = (np.int32(row[o + 96 + s % 8]) >> (4 * (s // 8))) & 15
+    high = (np.int32(row[o + 104 + s % 4]) >> (2 * (s // 4))) & 3
+    return (low | (high << 4)) - 32
+
+
+@njit(fastmath=True, nogil=True)
+def _q3_k(row, q, ws, mins):
+    """Q3_K (hmask[32], qs[64], scales[12], d): value 128 h + 32 f + j has low bits (qs[32 + 32 h + j] >> 2 f) & 3
+    and bit 2 from bit 4 h + f of hmask[j]; v = d sc (q - 4) in 16-group 8 h + 2 f + j // 16."""
+    for b in range(q.size // 256):
+        o, v = 110 * b, 256 * b
+        d = f16_at(row, o + 108)
+        for h in range(2):
+            for f in range(4):
+                for j in range(32):
+                    low = (row[o + 32 + 32 * h + j] >> np.uint8(2 * f)) & np.uint8(3)
+                    high = (row[o + j] >> np.uint8(4 * h + f)) & np.uint8(1)
+                    q[v + 128 * h + 32 * f + j] = low | (high << np.uint8(2))
+        for g in range(16):
+            scale = d * np.float32(_q3_k_scale(row, o, g))
+            _fill(ws, (v >> 2) + 4 * g, 4, scale)
+            mins[(v >> 4) + g] = np.float32(4.0) * scale
+
+
+@njit(fastmath=True, nogil=True)
+def _q6_k(row, q, ws, mins):
+    """Q6_K (ql[128], qh[64], scales[16] int8, d): value 128 h + 32 c + j has low bits
+    (ql[64 h + 32 (c & 1) + j] >> 4 (c >> 1)) & 15 and high bits (qh[32 h + j] >> 2 c) & 3; v = d sc (q - 32)
+    in 16-group 8 h + 2 c + j // 16."""
+    for b in range(q.size // 256):
+        o, v = 210 * b, 256 * b
+        d = f16_at(row, o + 208)
+        for h in range(2):
+            for c in range(4):
+                for j in range(32):
+                    low = (row[o + 64 * h + 32 * (c & 1) + j] >> np.uint8(4 * (c >> 1))) & np.uint8(15)
+                    high = (row[o + 128 + 32 * h + j] >> np.uint8(2 * c)) & np.uint8(3)
+                    q[v + 128 * h + 32 * c + j] = low | (high << np.uint8(4))
+        for g in range(16):
+            scale = d * np.float32((np.int32(row[o + 192 + g]) ^ 128) - 128)
+            _fill(ws, (v >> 2) + 4 * g, 4, scale)
+            mins[(v >> 4) + g] = np.float32(32.0) * scale
+
+
+@njit(fastmath=True, nogil=True)
+def _i4z(row, q, ws, mins):
+    """I4Z, blazr's AWQ/GPTQ int4 (d f16, z u16, qs[16]; v = (q - z) d): blazr.quant.int4."""
+    for b in range(q.size // 32):
+        o, v = 20 * b, 32 * b
+        d = f16_at(row, o)
+        z = np.float32(np.int32(row[o + 2]) | (np.int32(row[o + 3]) << 8))
+        for j in range(16):
+            byte = row[o + 4 + j]
+            q[v + j], q[v + 16 + j] = byte & np.uint8(15), byte >> np.uint8(4)
+        _fill(ws, 8 * b, 8, d)
+        _fill(mins, 2 * b, 2, z * d)
+
+
+# type name -> fn(row (row_bytes,) uint8, q (K,) uint8, ws (K/4,) float32, mins (K/16,) float32)
+UNPACKERS: dict = {
+    "Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1, "Q8_0": _q8_0,
+    "Q2_K": _q2_k, "Q3_K": _q3_k, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k,
+    "I4Z": _i4z,
+}  # fmt: skip
+
+# unpack_row(tag, row, q, ws, mins): the row in the GEMM's layout (see the module docstring)
+unpack_row = dispatch_by_format(UNPACKERS, "unpack_row")

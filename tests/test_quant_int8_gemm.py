@@ -1,0 +1,183 @@
+"""The int8 prefill GEMM (blazr.quant.cpu_int8_gemm): row unpacking, the VNNI tile, the whole matmul.
+
+References, as for the decode kernels (tests/test_quant_int8.py, which derives the tolerances):
+* unpacking: ws * q - mins per value against gguf-exact dequantization (ggml_blocks), within float32
+  rounding of the two products (|error| <= 2^-22 (|ws q| + |mins|));
+* the integer part: the float64 product of the dequantized weights and the *same* int8-rounded activations;
+  only float32 rounding remains (NMSE_EXACT), while one wrong byte or lane scale gives NMSE ~1e-8 or more;
+* accuracy: against the float64 product with float32 x, NMSE_MAX = 1e-4 (x rounded to int8 per 32 values).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+
+from numba import njit  # noqa: E402
+
+from blazr.quant import cpu_kernels  # noqa: E402
+from blazr.quant.cpu_blocks import format_tag  # noqa: E402
+from blazr.quant.cpu_gemm_simd import LANE_BYTES, ROWS, TOKENS, gemm_tile, gemm_tile_256  # noqa: E402
+from blazr.quant.cpu_int8_gemm import AVAILABLE, FORMATS, matmul_int8_gemm  # noqa: E402
+from blazr.quant.cpu_unpack import UNPACKERS, unpack_row  # noqa: E402
+from blazr.quant.ggml_blocks import dequantize  # noqa: E402
+from blazr.quant.int4 import decode_i4z  # noqa: E402
+from tests.test_quant_int8 import NMSE_EXACT, NMSE_MAX, nmse, quantized, random_weight  # noqa: E402
+
+needs_vnni = pytest.mark.skipif(not AVAILABLE, reason="the int8 GEMM runs only on CPUs with VNNI")
+# (T, N, K): T from the switch (8) up, rows and tokens not multiples of the (4, 3) tile, K = 4096 + 256
+SHAPES = [(8, 1, 256), (13, 7, 512), (40, 33, 768), (9, 5, 4096 + 256)]
+
+
+def dense(w) -> np.ndarray:
+    """(N, K) float64 dequantized weights."""
+    if w.format == "I4Z":
+        out = np.empty((w.blocks.size // 20, 32), np.float32)  # (blocks, 32)
+        decode_i4z(w.blocks.reshape(-1, 20), out)
+        return out.reshape(w.shape).astype(np.float64)
+    return dequantize(w.blocks, w.format, w.shape).astype(np.float64)
+
+
+def weight(fmt: str, n: int, k: int, rng):
+    if fmt != "I4Z":
+        return random_weight(fmt, n, k, rng)
+    w = random_weight("Q4_1", n, k, rng)  # same 20-byte block; keep the zero point a 4-bit value
+    blocks = w.blocks.reshape(n, -1, 20)
+    blocks[:, :, 2] &= 15
+    blocks[:, :, 3] = 0
+    return type(w)(w.blocks, "I4Z", w.shape)
+
+
+@njit
+def _unpack_all(tag, blocks, q, ws, mins):
+    for i in range(blocks.shape[0]):
+        unpack_row(tag, blocks[i], q[i], ws[i], mins[i])
+
+
+@pytest.mark.parametrize("fmt", sorted(UNPACKERS))
+def test_unpacked_rows_dequantize_to_the_reference(fmt, rng):
+    w = weight(fmt, 5, 512, rng)
+    n, k = w.shape
+    q = np.empty((n, k), np.uint8)  # (N, K)
+    ws = np.empty((n, k // 4), np.float32)  # (N, K/4)
+    mins = np.empty((n, k // 16), np.float32)  # (N, K/16)
+    _unpack_all(format_tag(fmt), w.blocks, q, ws, mins)
+    scaled = np.repeat(ws.astype(np.float64), 4, axis=1) * q  # (N, K)
+    offsets = np.repeat(mins.astype(np.float64), 16, axis=1)  # (N, K)
+    want = dense(w)
+    assert np.all(np.abs(scaled - offsets - want) <= 2.0**-22 * (np.abs(scaled) + np.abs(offsets)))
+
+
+def gemm(x: np.ndarray, w) -> np.ndarray:
+    out = np.empty((x.shape[0], w.shape[0]), np.float32)  # (T, N)
+    matmul_int8_gemm(x, w.blocks, format_tag(w.format), out, 2)
+    return out
+
+
+@needs_vnni
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_integer_part_is_exact(fmt, rng):
+    shapes = SHAPES + ([(7, 3, 96)] if fmt in ("Q4_0", "Q5_1", "I4Z") else [])  # K = 32 * odd: padded to 64
+    for t, n, k in shapes:
+        w = weight(fmt, n, k, rng)
+        x = rng.standard_normal((t, w.shape[1])).astype(np.float32)
+        xq, dx, _ = quantized(x)
+        x_used = (xq.reshape(t, -1, 32) * dx[:, :, None].astype(np.float64)).reshape(t, -1)  # (T, K)
+        err = nmse(gemm(x, w).astype(np.float64), x_used @ dense(w).T)
+        assert err <= NMSE_EXACT, f"{fmt} {(t, n, k)}: NMSE {err:.2e}"
+
+
+@needs_vnni
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_accuracy_against_float64(fmt, rng):
+    got, want = [], []
+    for t, n, k in SHAPES:
+        w = weight(fmt, n, k, rng)
+        x = rng.standard_normal((t, w.shape[1])).astype(np.float32)
+        got.append(gemm(x, w).astype(np.float64).ravel())
+        want.append((x.astype(np.float64) @ dense(w).T).ravel())
+    err = nmse(np.concatenate(got), np.concatenate(want))
+    assert err <= NMSE_MAX, f"{fmt}: NMSE {err:.2e}"
+
+
+@needs_vnni
+def test_non_finite_activations_give_nan_not_garbage(rng):
+    w = weight("Q4_K", 6, 512, rng)
+    x = rng.standard_normal((9, 512)).astype(np.float32)
+    x[2, 300] = np.inf
+    x[5, 7] = np.nan
+    out = gemm(x, w)
+    assert np.isnan(out[[2, 5]]).all()
+    assert np.isfinite(np.delete(out, [2, 5], axis=0)).all()
+
+
+@needs_vnni
+def test_256_bit_tile_matches_the_default_one(rng):
+    """The AVX-VNNI form (32-value steps) computes what the default tile does, on the same inputs."""
+
+    @njit
+    def run(kernel_256, q, ws, mins, xq, dx, xsum, acc, steps_64, groups_16):
+        for r0 in range(0, q.shape[0], ROWS):
+            for t0 in range(0, xq.shape[0], TOKENS):
+                if kernel_256:
+                    gemm_tile_256(q, ws, mins, xq, dx, xsum, acc, r0, t0, steps_64 * 2, groups_16 * 2)
+                else:
+                    gemm_tile(q, ws, mins, xq, dx, xsum, acc, r0, t0, steps_64 * 64 // LANE_BYTES,
+                              groups_16 * 64 // LANE_BYTES)  # fmt: skip
+
+    r, t, k = 2 * ROWS, 2 * TOKENS, 512
+    q = rng.integers(0, 256, (r, k), dtype=np.uint8)
+    ws = rng.standard_normal((r, k // 4)).astype(np.float32)
+    mins = rng.standard_normal((r, k // 16)).astype(np.float32)
+    xq = rng.integers(-127, 128, (t, k), dtype=np.int8)
+    dx = rng.random((t, k // 32)).astype(np.float32)
+    xsum = rng.standard_normal((t, k // 16)).astype(np.float32)
+    lanes = (q.reshape(r, k // 4, 4).astype(np.int64)[None] * xq.reshape(t, 1, k // 4, 4)).sum(axis=3)
+    want = np.einsum(
+        "trl,rl,tl->tr", lanes, ws.astype(np.float64), np.repeat(dx, 8, axis=1).astype(np.float64)
+    )
+    want -= xsum.astype(np.float64) @ mins.astype(np.float64).T  # (T, R)
+    for kernel_256 in (False, True):
+        acc = np.empty((t, r), np.float32)  # (T, R)
+        run(kernel_256, q, ws, mins, xq, dx, xsum, acc, k // 64, k // 16 // 16)
+        assert nmse(acc.astype(np.float64), want) <= NMSE_EXACT
+
+
+@pytest.mark.parametrize("fmt", ["Q4_K", "Q8_0"])
+def test_matmul_takes_the_gemm_for_prompts(fmt, rng):
+    """cpu_kernels.matmul: from INT8_GEMM_MIN_TOKENS tokens an INT8_FORMATS weight takes the int8 GEMM where
+    the CPU has one; Q8_0 keeps exact float activations, and int8=False keeps them for every format."""
+    tokens = cpu_kernels.INT8_GEMM_MIN_TOKENS
+    want = "int8-gemm" if AVAILABLE and fmt in cpu_kernels.INT8_FORMATS else "sgemm"
+    assert cpu_kernels.path(max(tokens, cpu_kernels.GEMM_MIN_TOKENS), fmt, True) == want
+    assert cpu_kernels.path(cpu_kernels.GEMM_MIN_TOKENS, fmt, False) == "sgemm"
+    w = random_weight(fmt, 20, 512, rng)
+    x = rng.standard_normal((tokens, 512)).astype(np.float32)
+    if want == "int8-gemm":
+        np.testing.assert_array_equal(cpu_kernels.matmul(x, w), gemm(x, w))
+    exact = x.astype(np.float64) @ dense(w).T
+    assert nmse(cpu_kernels.matmul(x, w, int8=False).astype(np.float64), exact) <= NMSE_EXACT
+
+
+@needs_vnni
+@pytest.mark.parametrize("name", ["llama", "qwen2"])
+@pytest.mark.parametrize("qtype", ["Q5_1", "Q5_0", "Q4_1", "Q4_0"])
+def test_prefill_logits_stay_close_to_the_dequantized_model(tmp_path, name, qtype):
+    """A 13-token prefill of the tiny parity models through the GEMM: the logits at every position within 10%
+    (relative L2) of the dequantized float model's, argmax agreeing on at least 80% of the positions (the
+    decode test's floors, tests/test_quant_int8.py; measured 2.9-6.4% and 0.92-1.0)."""
+    from blazr.models.batch import ForwardBatch
+    from tests.test_quant_models import BLOCK, PROMPT, packed_and_dense
+
+    assert cpu_kernels.path(len(PROMPT), qtype, True) == "int8-gemm"
+    packed, dense = packed_and_dense(tmp_path, name, qtype, fast=True)
+    batch = ForwardBatch.single(PROMPT, 0, list(range(8)), BLOCK, all_logits=True)
+    got = packed.be.download(packed(batch, packed.make_cache(8, BLOCK)))  # (T, V)
+    want = dense.be.download(dense(batch, dense.make_cache(8, BLOCK)))  # (T, V)
+    assert got.shape == want.shape == (len(PROMPT), want.shape[1])
+    errors = np.linalg.norm(got - want, axis=1) / np.linalg.norm(want, axis=1)
+    same = np.argmax(got, axis=1) == np.argmax(want, axis=1)
+    assert errors.max() <= 0.10, f"{name} {qtype}: relative logit errors {np.round(errors, 3)}"
+    assert same.mean() >= 0.80, f"{name} {qtype}: argmax agreement {same.mean():.2f}"
