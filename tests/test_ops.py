@@ -172,15 +172,21 @@ def test_attention(backend, rng, case):
     check(backend, "attention", *inputs, block_size, scale, window=window, softcap=softcap)
 
 
-@pytest.mark.parametrize("case", list(ATTENTION_CASES))
-def test_attention_on_numbas_pool(rng, case):
-    """The cpu backend's parallel numba attention, which prefills take after int8 GEMMs ran on numba's pool."""
+@pytest.fixture
+def prompt_pool_backend():
+    """The cpu backend as it is once prompts' matmuls run the int8 GEMM on numba's pool: their attention and
+    SiLU product then run there too (the parallel numba kernels)."""
     pytest.importorskip("numba")
     from blazr.backends.cpu import Backend
 
     backend = Backend()
     backend._numba_prefill = True  # as after a cpu_int8_gemm matmul
-    test_attention(backend, rng, case)
+    return backend
+
+
+@pytest.mark.parametrize("case", list(ATTENTION_CASES))
+def test_attention_on_numbas_pool(prompt_pool_backend, rng, case):
+    test_attention(prompt_pool_backend, rng, case)
 
 
 def test_attention_long_prefill_in_query_chunks(backend, rng, monkeypatch):
@@ -213,6 +219,13 @@ def test_act(backend, rng, kind, n):
 def test_glu(backend, rng, kind, t, d):
     gate = wide_range(rng, t * d)[: t * d].reshape(t, d)
     check(backend, "glu", gate, normal(rng, t, d), kind)
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("t,d", [(2, 5), (9, 4097)])
+def test_silu_product_on_numbas_pool(prompt_pool_backend, rng, t, d):
+    gate = wide_range(rng, t * d)[: t * d].reshape(t, d)
+    check(prompt_pool_backend, "glu", gate, normal(rng, t, d), "silu")
 
 
 @pytest.mark.parametrize("op", BINARY_OPS)

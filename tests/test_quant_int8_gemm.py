@@ -181,3 +181,28 @@ def test_prefill_logits_stay_close_to_the_dequantized_model(tmp_path, name, qtyp
     same = np.argmax(got, axis=1) == np.argmax(want, axis=1)
     assert errors.max() <= 0.10, f"{name} {qtype}: relative logit errors {np.round(errors, 3)}"
     assert same.mean() >= 0.80, f"{name} {qtype}: argmax agreement {same.mean():.2f}"
+
+
+@needs_vnni
+def test_prompts_stay_on_numbas_pool_once_the_gemm_runs(rng, monkeypatch):
+    """In a model whose prompts run the int8 GEMM, a Q8_0 tensor's prompt matmul takes the float32 GEMM on numba's pool
+    instead of BLAS sgemm (cpu_kernels.path); a model of Q8_0 alone keeps sgemm. Both stay exact in float."""
+    from blazr.backends.cpu import Backend
+
+    sgemm_calls = []
+    real_sgemm = cpu_kernels._matmul_sgemm
+    monkeypatch.setattr(cpu_kernels, "_matmul_sgemm", lambda *a: sgemm_calls.append(1) or real_sgemm(*a))
+    q4k, q8 = random_weight("Q4_K", 8, 512, rng), random_weight("Q8_0", 8, 512, rng)
+    x = rng.standard_normal((cpu_kernels.GEMM_MIN_TOKENS, 512)).astype(np.float32)
+    exact = x.astype(np.float64) @ dense(q8).T
+
+    alone = Backend()
+    assert nmse(alone.matmul(x, q8).astype(np.float64), exact) <= NMSE_EXACT
+    assert len(sgemm_calls) == 1 and not alone._numba_prefill
+
+    mixed = Backend()
+    mixed.matmul(x, q4k)
+    assert mixed._numba_prefill
+    assert nmse(mixed.matmul(x, q8).astype(np.float64), exact) <= NMSE_EXACT
+    assert len(sgemm_calls) == 1 and mixed._numba_prefill
+    assert cpu_kernels.path(len(x), "Q8_0", True, blas=False) == "f32-gemm"

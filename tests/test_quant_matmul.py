@@ -76,6 +76,24 @@ def test_matmul_matches_dequantized_f64(fmt, fast, rng):
         assert err <= NMSE_MAX[fmt], f"{fmt} {(t, n, k)}: NMSE {err:.2e} > {NMSE_MAX[fmt]:.0e}"
 
 
+@needs_numba
+@pytest.mark.parametrize("fmt", PACKED_FORMATS)
+def test_float32_gemm_on_numbas_pool_matches_dequantized_f64(fmt, rng):
+    """cpu_f32_gemm, which prompts take instead of BLAS sgemm once their other matmuls run on numba's pool."""
+    from blazr.quant import cpu_kernels
+
+    for t, n, k in [(12, 1, 256), (13, 9, 768), (40, 65, 4096 + 256)]:
+        assert cpu_kernels.path(t, fmt, False, blas=False) == "f32-gemm"
+        w = random_weight(fmt, n, k, rng)
+        x = rng.standard_normal((t, w.shape[1])).astype(np.float32)
+        dense = dequantize(w.blocks, fmt, w.shape).astype(np.float64)
+        err = nmse(
+            cpu_kernels.matmul(x, w, int8=False, blas=False).astype(np.float64),
+            x.astype(np.float64) @ dense.T,
+        )
+        assert err <= NMSE_MAX[fmt], f"{fmt} {(t, n, k)}: NMSE {err:.2e}"
+
+
 @pytest.mark.parametrize("fast", kernel_paths())
 @pytest.mark.parametrize("fmt", PACKED_FORMATS)
 def test_embed_decodes_exactly_the_rows(fmt, fast, rng):

@@ -44,8 +44,9 @@ class Backend(ArrayAPIBackend):
         self.int8_activations = True
         # set once a packed matmul has run numba's thread pool: then small dense matmuls use it too
         self._numba_pool = False
-        # whether the last packed matmul was a multi-token one on numba's pool (the int8 GEMM): then a
-        # prefill's attention runs there too instead of waking OpenBLAS's pool (blazr.backends.cpu_attention)
+        # whether prompts' packed matmuls run on numba's pool (set by an int8 GEMM, cleared by an sgemm): then a
+        # prefill's attention and its other packed matmuls stay there too instead of waking OpenBLAS's pool
+        # (blazr.backends.cpu_attention, cpu_kernels.path)
         self._numba_prefill = False
         self._ops = None
         if self.fast_kernels:
@@ -81,8 +82,11 @@ class Backend(ArrayAPIBackend):
             module = self._quant_module(w.format)
             if module.__name__.endswith("cpu_kernels"):
                 self._numba_pool = True
-                self._numba_prefill = module.path(x.shape[0], w.format, self.int8_activations) == "int8-gemm"
-                return module.matmul(x, w, int8=self.int8_activations)  # (T, N)
+                blas = not self._numba_prefill
+                kernel = module.path(x.shape[0], w.format, self.int8_activations, blas)
+                if kernel in ("int8-gemm", "sgemm"):  # a prompt's matmul: which pool prompts run on now
+                    self._numba_prefill = kernel == "int8-gemm"
+                return module.matmul(x, w, int8=self.int8_activations, blas=blas)  # (T, N)
             return module.matmul(x, w)  # (T, N)
         if (
             self._numba_pool
@@ -143,7 +147,10 @@ class Backend(ArrayAPIBackend):
         if self._ops is None or kind != "silu" or gate.dtype != np.float32 or gate.ndim != 2:
             return super().glu(gate, up, kind)
         out = np.empty(gate.shape, dtype=np.float32)  # (T, F)
-        self._ops.silu_mul(gate, up, out)
+        if self._numba_prefill and gate.shape[0] > 1:
+            self._ops.silu_mul_parallel(gate, up, out)
+        else:
+            self._ops.silu_mul(gate, up, out)
         return out
 
     def attention(

@@ -158,3 +158,56 @@ def _make_tile_kernel(step: int):
 #   groups g. Every row and token it reads must exist: callers pad to ROWS, TOKENS and whole steps with zeros.
 gemm_tile = _make_tile_kernel(LANE_BYTES) if LANE_BYTES else None
 gemm_tile_256 = _make_tile_kernel(32) if LANE_BYTES else None  # the AVX-VNNI form, tested where both run
+
+
+def _make_f32_tile_kernel():
+    """gemm_tile_f32: the float32 counterpart, for rows decoded to float32 (blazr.quant.cpu_f32_gemm)."""
+    lanes = 16
+
+    @intrinsic
+    def gemm_tile_f32(typingctx, w, x, acc, r0, t0, steps):
+        _check_2d(w=(w, types.float32), x=(x, types.float32), acc=(acc, types.float32))
+
+        def codegen(context, builder, sig, args):
+            w_, x_, acc_ = args[:3]
+            aty = sig.args
+            r0v, t0v, nsteps = (
+                context.cast(builder, v, aty[i], types.intp) for i, v in enumerate(args[3:], 3)
+            )
+            const = lambda v: ir.Constant(_I64, v)  # noqa: E731
+            fvec = _vec(_F32, lanes)
+            rows = [builder.add(r0v, const(r)) for r in range(ROWS)]
+            tokens = [builder.add(t0v, const(c)) for c in range(TOKENS)]
+            accs = [
+                [cgutils.alloca_once_value(builder, ir.Constant(fvec, None)) for _ in range(TOKENS)]
+                for _ in range(ROWS)
+            ]
+            with cgutils.for_range(builder, nsteps) as loop:
+                byte = builder.mul(loop.index, const(4 * lanes))
+                xs = [_load(builder, _row_ptr(context, builder, aty[1], x_, t, byte), fvec) for t in tokens]
+                for r, row in enumerate(rows):
+                    wv = _load(builder, _row_ptr(context, builder, aty[0], w_, row, byte), fvec)
+                    for c in range(TOKENS):
+                        cell = accs[r][c]
+                        prod = builder.fmul(wv, xs[c], flags=["contract"])
+                        builder.store(builder.fadd(builder.load(cell), prod, flags=["contract"]), cell)
+            reduce_fn = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(_F32, [_F32, fvec]), f"llvm.vector.reduce.fadd.v{lanes}f32"
+            )
+            for r, row in enumerate(rows):
+                for c, t in enumerate(tokens):
+                    total = builder.call(reduce_fn, [ir.Constant(_F32, 0.0), builder.load(accs[r][c])])
+                    ptr = _row_ptr(context, builder, aty[2], acc_, t, builder.mul(row, const(4)))
+                    builder.store(total, builder.bitcast(ptr, _F32.as_pointer()))
+            return context.get_dummy_value()
+
+        return types.none(w, x, acc, r0, t0, steps), codegen
+
+    return gemm_tile_f32
+
+
+# gemm_tile_f32(w (R, Kp) f32, x (T, Kp) f32, acc (T, R) f32, r0, t0, steps), for r < ROWS and c < TOKENS:
+#   acc[t0 + c, r0 + r] = sum over the first steps * 16 values j of w[r0 + r, j] * x[t0 + c, j].
+# Plain LLVM vector IR: fused multiply-adds on any CPU (16 lanes: one AVX-512 register, two AVX ones).
+F32_STEP = 16
+gemm_tile_f32 = _make_f32_tile_kernel()

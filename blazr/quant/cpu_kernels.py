@@ -19,6 +19,7 @@ from numba import get_num_threads, njit, prange
 from blazr.quant import QuantRowStack, QuantWeight, cpu_iq_blocks, cpu_small_blocks  # noqa: F401 (registers)
 from blazr.quant.cpu_blocks import DECODERS, F16_TABLE, decode_row, format_tag
 from blazr.quant.cpu_dots import DOTS, row_dot
+from blazr.quant.cpu_f32_gemm import matmul_f32_gemm
 from blazr.quant.cpu_int8_dots import INT8_DOTS, matmul_int8
 from blazr.quant.cpu_int8_gemm import FORMATS as GEMM_FORMATS
 from blazr.quant.cpu_int8_gemm import matmul_int8_gemm
@@ -121,16 +122,17 @@ def dequantize(w: QuantWeight) -> np.ndarray:
     return out
 
 
-def matmul(x: np.ndarray, w: QuantWeight | QuantRowStack, int8: bool = True) -> np.ndarray:
+def matmul(x: np.ndarray, w: QuantWeight | QuantRowStack, int8: bool = True, blas: bool = True) -> np.ndarray:
     """x (T, K) float32 @ dequantized(w).T -> (T, N) float32, reading w packed; int8=False keeps the
-    activations float32 where the int8 path would round them."""
+    activations float32 where the int8 path would round them; blas=False keeps the call off BLAS's thread
+    pool (see `path`)."""
     if isinstance(w, QuantRowStack):
-        return np.concatenate([matmul(x, part, int8) for part in w.parts], axis=1)
+        return np.concatenate([matmul(x, part, int8, blas) for part in w.parts], axis=1)
     x = np.ascontiguousarray(x, dtype=np.float32)
     n, k = w.shape
     out = np.empty((x.shape[0], n), dtype=np.float32)  # (T, N)
     tag = format_tag(w.format)
-    kernel = path(x.shape[0], w.format, int8)
+    kernel = path(x.shape[0], w.format, int8, blas)
     if kernel == "int8":
         matmul_int8(x, w.blocks, tag, out, _rows_per_task(n))
     elif kernel == "int8-gemm":
@@ -138,6 +140,8 @@ def matmul(x: np.ndarray, w: QuantWeight | QuantRowStack, int8: bool = True) -> 
     elif kernel == "fused":
         xsum = x.reshape(x.shape[0], k // 32, 32).sum(axis=2)  # (T, K/32)
         _matmul_fused(x, w.blocks, tag, F16_TABLE, xsum, out, _rows_per_task(n))
+    elif kernel == "f32-gemm":
+        matmul_f32_gemm(x, w.blocks, tag, out, get_num_threads())
     elif kernel == "rows":
         _matmul_rows(x, w.blocks, tag, F16_TABLE, out, _rows_per_task(n))
     else:
@@ -145,10 +149,13 @@ def matmul(x: np.ndarray, w: QuantWeight | QuantRowStack, int8: bool = True) -> 
     return out
 
 
-def path(tokens: int, fmt: str, int8: bool) -> str:
+def path(tokens: int, fmt: str, int8: bool, blas: bool = True) -> str:
     """The kernel matmul runs for `tokens` rows of x and weights of format `fmt`: "int8" (row dots with int8
-    x), "int8-gemm" (cpu_int8_gemm, on numba's pool), "fused" (direct float dots), "rows" (decoded row
-    dots) or "sgemm" (decoded tiles times BLAS sgemm, on BLAS's pool)."""
+    x), "int8-gemm" (cpu_int8_gemm), "fused" (direct float dots), "rows" (decoded row dots), all on numba's
+    thread pool, or "sgemm" (decoded tiles times BLAS sgemm, on BLAS's pool) unless blas=False, which takes
+    "f32-gemm" (cpu_f32_gemm, float32 tiles on numba's pool) instead: in a model whose prompts otherwise run
+    the int8 GEMM (a Q8_0 tensor among Q5_0 ones), one sgemm woke OpenBLAS's spinning threads against
+    numba's (0.5B Q4_K_M shape: prefill 1.17 s, 0.62 s with OpenBLAS at one thread)."""
     if int8 and fmt in INT8_FORMATS:
         if tokens <= INT8_MAX_TOKENS:
             return "int8"
@@ -156,7 +163,9 @@ def path(tokens: int, fmt: str, int8: bool) -> str:
             return "int8-gemm"
     if tokens <= FUSED_MAX_TOKENS and fmt in DOTS:
         return "fused"
-    return "rows" if tokens < GEMM_MIN_TOKENS else "sgemm"
+    if tokens < GEMM_MIN_TOKENS:
+        return "rows"
+    return "sgemm" if blas else "f32-gemm"
 
 
 def _matmul_sgemm(x: np.ndarray, w: QuantWeight, tag: np.ndarray, out: np.ndarray) -> None:

@@ -93,6 +93,56 @@ def _check_bytes(*arrays) -> None:
             raise TypeError(f"int8 dot intrinsics take 1-D 8-bit arrays, got {arr}")
 
 
+# ---- each format's integers as <32 x i8>, from the leading (w, offsets..., shifts...) arguments -------------
+
+
+def _q4_values(context, builder, sig, args):
+    """(w, wo, ...): Q4_0/Q4_1/I4Z block, the low nibbles of w[wo:wo+16] then the high ones (0..15)."""
+    pw = _byte_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+    return _nibbles(builder, _load(builder, pw, 16))
+
+
+def _q5_values(context, builder, sig, args):
+    """(w, qso, qho, ...): Q5_0/Q5_1 block, the Q4 nibbles at qso plus bit j of the little-endian uint32 at
+    qho as bit 4 of value j (0..31)."""
+    ps = _byte_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+    ph = _byte_ptr(context, builder, sig.args[0], args[0], sig.args[2], args[2])
+    qh = builder.load(builder.bitcast(ph, _I32.as_pointer()), align=1)
+    # bitcast iN -> <N x i1> puts bit j in lane j (little-endian lane order)
+    high = builder.zext(builder.bitcast(qh, _vec(ir.IntType(1), 32)), _vec(_I8, 32))
+    return builder.or_(_nibbles(builder, _load(builder, ps, 16)), builder.shl(high, _splat(builder, 4, 32)))
+
+
+def _q2_k_values(context, builder, sig, args):
+    """(w, qo, shift, ...): Q2_K field, (w[qo + j] >> shift) & 3."""
+    pq = _byte_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+    shift = _splat_var(builder, _small_int(context, builder, sig.args[2], args[2]), 32)
+    return builder.and_(builder.lshr(_load(builder, pq, 32), shift), _splat(builder, 3, 32))
+
+
+def _q3_k_values(context, builder, sig, args):
+    """(w, qo, shift, ho, bit, ...): Q3_K field, ((w[qo + j] >> shift) & 3) | ((w[ho + j] >> bit) & 1) << 2."""
+    pq = _byte_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+    ph = _byte_ptr(context, builder, sig.args[0], args[0], sig.args[3], args[3])
+    shift = _splat_var(builder, _small_int(context, builder, sig.args[2], args[2]), 32)
+    bit = _splat_var(builder, _small_int(context, builder, sig.args[4], args[4]), 32)
+    low = builder.and_(builder.lshr(_load(builder, pq, 32), shift), _splat(builder, 3, 32))
+    high = builder.and_(builder.lshr(_load(builder, ph, 32), bit), _splat(builder, 1, 32))
+    return builder.or_(low, builder.shl(high, _splat(builder, 2, 32)))
+
+
+def _q6_k_values(context, builder, sig, args):
+    """(w, qlo, qho, ql_shift, qh_shift, ...): Q6_K quarter,
+    ((w[qlo + j] >> ql_shift) & 15) | (((w[qho + j] >> qh_shift) & 3) << 4)."""
+    pl = _byte_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+    ph = _byte_ptr(context, builder, sig.args[0], args[0], sig.args[2], args[2])
+    lshift = _splat_var(builder, _small_int(context, builder, sig.args[3], args[3]), 32)
+    hshift = _splat_var(builder, _small_int(context, builder, sig.args[4], args[4]), 32)
+    low = builder.and_(builder.lshr(_load(builder, pl, 32), lshift), _splat(builder, 15, 32))
+    high = builder.and_(builder.lshr(_load(builder, ph, 32), hshift), _splat(builder, 3, 32))
+    return builder.or_(low, builder.shl(high, _splat(builder, 4, 32)))
+
+
 # ---- 32 whole bytes -----------------------------------------------------------------------------------
 
 
@@ -134,9 +184,8 @@ def dot_q4(typingctx, w, wo, x, xo):
     _check_bytes(w, x)
 
     def codegen(context, builder, sig, args):
-        pw = _byte_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+        q = _q4_values(context, builder, sig, args)
         px = _byte_ptr(context, builder, sig.args[2], args[2], sig.args[3], args[3])
-        q = _nibbles(builder, _load(builder, pw, 16))
         return _reduce(builder, _products(builder, q, _load(builder, px, 32)))
 
     return types.int32(w, wo, x, xo), codegen
@@ -149,13 +198,8 @@ def dot_q5(typingctx, w, qso, qho, x, xo):
     _check_bytes(w, x)
 
     def codegen(context, builder, sig, args):
-        ps = _byte_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-        ph = _byte_ptr(context, builder, sig.args[0], args[0], sig.args[2], args[2])
+        q = _q5_values(context, builder, sig, args)
         px = _byte_ptr(context, builder, sig.args[3], args[3], sig.args[4], args[4])
-        qh = builder.load(builder.bitcast(ph, _I32.as_pointer()), align=1)
-        # bitcast iN -> <N x i1> puts bit j in lane j (little-endian lane order)
-        high = builder.zext(builder.bitcast(qh, _vec(ir.IntType(1), 32)), _vec(_I8, 32))
-        q = builder.or_(_nibbles(builder, _load(builder, ps, 16)), builder.shl(high, _splat(builder, 4, 32)))
         return _reduce(builder, _products(builder, q, _load(builder, px, 32)))
 
     return types.int32(w, qso, qho, x, xo), codegen
@@ -164,10 +208,9 @@ def dot_q5(typingctx, w, qso, qho, x, xo):
 # ---- K-quant 32-byte chunks ------------------------------------------------------------------------------
 
 
-def _q45_k_chunk(context, builder, sig, args, with_high: bool):
-    """Both group dots of a Q4_K/Q5_K chunk: low nibbles with x[xo:xo+32], high ones with x[xo+32:xo+64]."""
+def _q45_k_values(context, builder, sig, args, with_high: bool):
+    """(low, high) <32 x i8> values of a Q4_K/Q5_K chunk: args (w, wo[, qho, c], ...)."""
     pw = _byte_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-    px = _byte_ptr(context, builder, sig.args[-2], args[-2], sig.args[-1], args[-1])
     packed = _load(builder, pw, 32)
     lo = builder.and_(packed, _splat(builder, 15, 32))
     hi = builder.lshr(packed, _splat(builder, 4, 32))
@@ -178,6 +221,13 @@ def _q45_k_chunk(context, builder, sig, args, with_high: bool):
         one = _splat(builder, 1, 32)
         lo = builder.or_(lo, builder.shl(builder.and_(bits, one), _splat(builder, 4, 32)))
         hi = builder.or_(hi, builder.shl(builder.and_(builder.lshr(bits, one), one), _splat(builder, 4, 32)))
+    return lo, hi
+
+
+def _q45_k_chunk(context, builder, sig, args, with_high: bool):
+    """Both group dots of a Q4_K/Q5_K chunk: low nibbles with x[xo:xo+32], high ones with x[xo+32:xo+64]."""
+    lo, hi = _q45_k_values(context, builder, sig, args, with_high)
+    px = _byte_ptr(context, builder, sig.args[-2], args[-2], sig.args[-1], args[-1])
     x0 = _load(builder, px, 32)
     x1 = _load(builder, builder.gep(px, [ir.Constant(_I32, 32)]), 32)
     dot0 = _reduce(builder, _products(builder, lo, x0))
@@ -215,10 +265,8 @@ def dot_q2_k(typingctx, w, qo, shift, x, xo):
     _check_bytes(w, x)
 
     def codegen(context, builder, sig, args):
-        pq = _byte_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+        q = _q2_k_values(context, builder, sig, args)
         px = _byte_ptr(context, builder, sig.args[3], args[3], sig.args[4], args[4])
-        shift = _splat_var(builder, _small_int(context, builder, sig.args[2], args[2]), 32)
-        q = builder.and_(builder.lshr(_load(builder, pq, 32), shift), _splat(builder, 3, 32))
         dot0, dot1 = _dot_halves(builder, q, _load(builder, px, 32))
         return context.make_tuple(builder, _PAIR, [dot0, dot1])
 
@@ -232,14 +280,8 @@ def dot_q3_k(typingctx, w, qo, shift, ho, bit, x, xo):
     _check_bytes(w, x)
 
     def codegen(context, builder, sig, args):
-        pq = _byte_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-        ph = _byte_ptr(context, builder, sig.args[0], args[0], sig.args[3], args[3])
+        q = _q3_k_values(context, builder, sig, args)
         px = _byte_ptr(context, builder, sig.args[5], args[5], sig.args[6], args[6])
-        shift = _splat_var(builder, _small_int(context, builder, sig.args[2], args[2]), 32)
-        bit = _splat_var(builder, _small_int(context, builder, sig.args[4], args[4]), 32)
-        low = builder.and_(builder.lshr(_load(builder, pq, 32), shift), _splat(builder, 3, 32))
-        high = builder.and_(builder.lshr(_load(builder, ph, 32), bit), _splat(builder, 1, 32))
-        q = builder.or_(low, builder.shl(high, _splat(builder, 2, 32)))
         dot0, dot1 = _dot_halves(builder, q, _load(builder, px, 32))
         return context.make_tuple(builder, _PAIR, [dot0, dot1])
 
@@ -253,14 +295,8 @@ def dot_q6_k(typingctx, w, qlo, qho, ql_shift, qh_shift, x, xo):
     _check_bytes(w, x)
 
     def codegen(context, builder, sig, args):
-        pl = _byte_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-        ph = _byte_ptr(context, builder, sig.args[0], args[0], sig.args[2], args[2])
+        q = _q6_k_values(context, builder, sig, args)
         px = _byte_ptr(context, builder, sig.args[5], args[5], sig.args[6], args[6])
-        lshift = _splat_var(builder, _small_int(context, builder, sig.args[3], args[3]), 32)
-        hshift = _splat_var(builder, _small_int(context, builder, sig.args[4], args[4]), 32)
-        low = builder.and_(builder.lshr(_load(builder, pl, 32), lshift), _splat(builder, 15, 32))
-        high = builder.and_(builder.lshr(_load(builder, ph, 32), hshift), _splat(builder, 3, 32))
-        q = builder.or_(low, builder.shl(high, _splat(builder, 4, 32)))
         dot0, dot1 = _dot_halves(builder, q, _load(builder, px, 32))
         return context.make_tuple(builder, _PAIR, [dot0, dot1])
 
@@ -296,3 +332,96 @@ def prefetch(typingctx, w, wo):
         return context.get_dummy_value()
 
     return types.none(w, wo), codegen
+
+
+# ---- unpacking: each format's integers stored as bytes (blazr.quant.cpu_unpack) -----------------------------
+
+
+def _store(context, builder, sig, args, vec, extra: int = 0):
+    """Store vec at q[qo + extra], (q, qo) being the last two arguments."""
+    ptr = _byte_ptr(context, builder, sig.args[-2], args[-2], sig.args[-1], args[-1])
+    if extra:
+        ptr = builder.gep(ptr, [ir.Constant(_I32, extra)])
+    builder.store(vec, builder.bitcast(ptr, vec.type.as_pointer()), align=1)
+    return context.get_dummy_value()
+
+
+@intrinsic
+def unpack_q4(typingctx, w, wo, q, qo):
+    """q[qo:qo+32] = the Q4_0/Q4_1/I4Z block's 4-bit integers from w[wo:wo+16] (dot_q4's values)."""
+    _check_bytes(w, q)
+
+    def codegen(context, builder, sig, args):
+        return _store(context, builder, sig, args, _q4_values(context, builder, sig, args))
+
+    return types.none(w, wo, q, qo), codegen
+
+
+@intrinsic
+def unpack_q5(typingctx, w, qso, qho, q, qo):
+    """q[qo:qo+32] = the Q5_0/Q5_1 block's 5-bit integers (dot_q5's values)."""
+    _check_bytes(w, q)
+
+    def codegen(context, builder, sig, args):
+        return _store(context, builder, sig, args, _q5_values(context, builder, sig, args))
+
+    return types.none(w, qso, qho, q, qo), codegen
+
+
+@intrinsic
+def unpack_q4_k(typingctx, w, wo, q, qo):
+    """q[qo:qo+64] = a Q4_K chunk's low nibbles, then its high ones (dot_q4_k's values)."""
+    _check_bytes(w, q)
+
+    def codegen(context, builder, sig, args):
+        lo, hi = _q45_k_values(context, builder, sig, args, with_high=False)
+        _store(context, builder, sig, args, lo)
+        return _store(context, builder, sig, args, hi, 32)
+
+    return types.none(w, wo, q, qo), codegen
+
+
+@intrinsic
+def unpack_q5_k(typingctx, w, wo, qho, c, q, qo):
+    """q[qo:qo+64] = Q5_K chunk c's 5-bit integers, low group then high group (dot_q5_k's values)."""
+    _check_bytes(w, q)
+
+    def codegen(context, builder, sig, args):
+        lo, hi = _q45_k_values(context, builder, sig, args, with_high=True)
+        _store(context, builder, sig, args, lo)
+        return _store(context, builder, sig, args, hi, 32)
+
+    return types.none(w, wo, qho, c, q, qo), codegen
+
+
+@intrinsic
+def unpack_q2_k(typingctx, w, qo_, shift, q, qo):
+    """q[qo:qo+32] = a Q2_K field's 2-bit integers (dot_q2_k's values)."""
+    _check_bytes(w, q)
+
+    def codegen(context, builder, sig, args):
+        return _store(context, builder, sig, args, _q2_k_values(context, builder, sig, args))
+
+    return types.none(w, qo_, shift, q, qo), codegen
+
+
+@intrinsic
+def unpack_q3_k(typingctx, w, qo_, shift, ho, bit, q, qo):
+    """q[qo:qo+32] = a Q3_K field's 3-bit integers, the format's value + 4 (dot_q3_k's values)."""
+    _check_bytes(w, q)
+
+    def codegen(context, builder, sig, args):
+        return _store(context, builder, sig, args, _q3_k_values(context, builder, sig, args))
+
+    return types.none(w, qo_, shift, ho, bit, q, qo), codegen
+
+
+@intrinsic
+def unpack_q6_k(typingctx, w, qlo, qho, ql_shift, qh_shift, q, qo):
+    """q[qo:qo+32] = a Q6_K quarter's 6-bit integers, the format's value + 32 (dot_q6_k's values)."""
+    _check_bytes(w, q)
+
+    def codegen(context, builder, sig, args):
+        return _store(context, builder, sig, args, _q6_k_values(context, builder, sig, args))
+
+    return types.none(w, qlo, qho, ql_shift, qh_shift, q, qo), codegen

@@ -18,7 +18,16 @@ import numpy as np
 from numba import njit
 
 from blazr.quant.cpu_blocks import dispatch_by_format
-from blazr.quant.cpu_simd import f16_at
+from blazr.quant.cpu_simd import (
+    f16_at,
+    unpack_q2_k,
+    unpack_q3_k,
+    unpack_q4,
+    unpack_q4_k,
+    unpack_q5,
+    unpack_q5_k,
+    unpack_q6_k,
+)
 
 
 @njit(inline="always")
@@ -39,19 +48,10 @@ def _q4_q5(row, q, ws, mins, block_bytes, five, has_min):
         o, v = b * block_bytes, 32 * b
         d = f16_at(row, o)
         m = -f16_at(row, o + 2) if has_min else d * np.float32(16.0 if five else 8.0)
-        qh = np.uint32(0)
         if five:
-            qh = np.uint32(row[o + qh_at]) | (np.uint32(row[o + qh_at + 1]) << np.uint32(8))
-            qh |= (np.uint32(row[o + qh_at + 2]) << np.uint32(16)) | (
-                np.uint32(row[o + qh_at + 3]) << np.uint32(24)
-            )
-        for j in range(16):
-            byte = row[o + qs_at + j]
-            lo, hi = byte & np.uint8(15), byte >> np.uint8(4)
-            if five:
-                lo |= np.uint8((qh >> np.uint32(j)) & np.uint32(1)) << np.uint8(4)
-                hi |= np.uint8((qh >> np.uint32(j + 16)) & np.uint32(1)) << np.uint8(4)
-            q[v + j], q[v + 16 + j] = lo, hi
+            unpack_q5(row, o + qs_at, o + qh_at, q, v)
+        else:
+            unpack_q4(row, o + qs_at, q, v)
         _fill(ws, 8 * b, 8, d)
         _fill(mins, 2 * b, 2, m)
 
@@ -110,14 +110,10 @@ def _q45_k(row, q, ws, mins, five):
         o, v = b * block_bytes, 256 * b
         d, dmin = f16_at(row, o), f16_at(row, o + 2)
         for c in range(4):
-            for j in range(32):
-                byte = row[o + qs_at + 32 * c + j]
-                lo, hi = byte & np.uint8(15), byte >> np.uint8(4)
-                if five:
-                    bits = row[o + 16 + j] >> np.uint8(2 * c)
-                    lo |= (bits & np.uint8(1)) << np.uint8(4)
-                    hi |= ((bits >> np.uint8(1)) & np.uint8(1)) << np.uint8(4)
-                q[v + 64 * c + j], q[v + 64 * c + 32 + j] = lo, hi
+            if five:
+                unpack_q5_k(row, o + qs_at + 32 * c, o + 16, c, q, v + 64 * c)
+            else:
+                unpack_q4_k(row, o + qs_at + 32 * c, q, v + 64 * c)
         for g in range(8):
             sc, mn = _k_scale_min(row, o, g)
             _fill(ws, (v >> 2) + 8 * g, 8, d * np.float32(sc))
@@ -143,8 +139,7 @@ def _q2_k(row, q, ws, mins):
         d, dmin = f16_at(row, o + 80), f16_at(row, o + 82)
         for h in range(2):
             for f in range(4):
-                for j in range(32):
-                    q[v + 128 * h + 32 * f + j] = (row[o + 16 + 32 * h + j] >> np.uint8(2 * f)) & np.uint8(3)
+                unpack_q2_k(row, o + 16 + 32 * h, 2 * f, q, v + 128 * h + 32 * f)
         for g in range(16):
             sc = np.int32(row[o + g])
             _fill(ws, (v >> 2) + 4 * g, 4, d * np.float32(sc & 15))
@@ -168,10 +163,7 @@ def _q3_k(row, q, ws, mins):
         d = f16_at(row, o + 108)
         for h in range(2):
             for f in range(4):
-                for j in range(32):
-                    low = (row[o + 32 + 32 * h + j] >> np.uint8(2 * f)) & np.uint8(3)
-                    high = (row[o + j] >> np.uint8(4 * h + f)) & np.uint8(1)
-                    q[v + 128 * h + 32 * f + j] = low | (high << np.uint8(2))
+                unpack_q3_k(row, o + 32 + 32 * h, 2 * f, o, 4 * h + f, q, v + 128 * h + 32 * f)
         for g in range(16):
             scale = d * np.float32(_q3_k_scale(row, o, g))
             _fill(ws, (v >> 2) + 4 * g, 4, scale)
@@ -188,10 +180,8 @@ def _q6_k(row, q, ws, mins):
         d = f16_at(row, o + 208)
         for h in range(2):
             for c in range(4):
-                for j in range(32):
-                    low = (row[o + 64 * h + 32 * (c & 1) + j] >> np.uint8(4 * (c >> 1))) & np.uint8(15)
-                    high = (row[o + 128 + 32 * h + j] >> np.uint8(2 * c)) & np.uint8(3)
-                    q[v + 128 * h + 32 * c + j] = low | (high << np.uint8(4))
+                ql_at, qh_at = o + 64 * h + 32 * (c & 1), o + 128 + 32 * h
+                unpack_q6_k(row, ql_at, qh_at, 4 * (c >> 1), 2 * c, q, v + 128 * h + 32 * c)
         for g in range(16):
             scale = d * np.float32((np.int32(row[o + 192 + g]) ^ 128) - 128)
             _fill(ws, (v >> 2) + 4 * g, 4, scale)
@@ -205,9 +195,7 @@ def _i4z(row, q, ws, mins):
         o, v = 20 * b, 32 * b
         d = f16_at(row, o)
         z = np.float32(np.int32(row[o + 2]) | (np.int32(row[o + 3]) << 8))
-        for j in range(16):
-            byte = row[o + 4 + j]
-            q[v + j], q[v + 16 + j] = byte & np.uint8(15), byte >> np.uint8(4)
+        unpack_q4(row, o + 4, q, v)
         _fill(ws, 8 * b, 8, d)
         _fill(mins, 2 * b, 2, z * d)
 

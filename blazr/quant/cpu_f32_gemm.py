@@ -1,0 +1,62 @@
+"""Prompt matmul with exact float32 activations on numba's thread pool: packed rows decoded to float32 tiles,
+then a register-blocked float32 tile (cpu_gemm_simd.gemm_tile_f32).
+
+Why, when BLAS sgemm exists: in a model whose other prompt matmuls run the int8 GEMM on numba's pool, an
+sgemm call woke OpenBLAS's pool, whose spinning threads then took the cores from numba's (and the other way
+round). Q8_0 tensors (exact float activations by design) sit among the int8-GEMM ones in llama.cpp's
+K-quant mixes: the 0.5B Q6_K shape is Q8_0 wherever a row is not a multiple of 256 long. Numba's decoded-row
+dots ran those at 40 G multiply-adds/s (2 threads) against sgemm's 69; this tile keeps them on numba's pool
+at sgemm's speed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from blazr.quant.cpu_blocks import F16_TABLE, decode_row
+from blazr.quant.cpu_gemm_simd import F32_STEP, ROWS, TOKENS, gemm_tile_f32
+
+_SCRATCH_BYTES = 1 << 18  # decoded rows per task: 256 KB of a 2 MB L2
+_X_CHUNK_BYTES = 1 << 19  # float32 activations reread per row tile
+
+
+@njit(cache=True, nogil=True)
+def _task(tag, blocks, f16, x, out, start, stop, k):
+    """out[:, start:stop] = x (Tp, Kp) @ decode(blocks[start:stop]).T for the first out.shape[0] tokens."""
+    tp, kp = x.shape
+    nrows = stop - start
+    rp = (nrows + ROWS - 1) // ROWS * ROWS
+    w = np.zeros((rp, kp), dtype=np.float32)  # (Rp, Kp) decoded rows; padding rows and columns stay 0
+    for i in range(nrows):
+        decode_row(tag, blocks[start + i], f16, w[i, :k])
+    acc = np.empty((tp, rp), dtype=np.float32)  # (Tp, Rp)
+    chunk = max(TOKENS, _X_CHUNK_BYTES // (4 * kp) // TOKENS * TOKENS)
+    for t_start in range(0, tp, chunk):
+        for r0 in range(0, rp, ROWS):
+            for t0 in range(t_start, min(tp, t_start + chunk), TOKENS):
+                gemm_tile_f32(w, x, acc, r0, t0, kp // F32_STEP)
+    for t in range(out.shape[0]):
+        out[t, start:stop] = acc[t, :nrows]
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _matmul(x, blocks, tag, f16, out, rows_per_task):
+    t, k = x.shape
+    tp, kp = (t + TOKENS - 1) // TOKENS * TOKENS, (k + F32_STEP - 1) // F32_STEP * F32_STEP
+    xp = np.zeros((tp, kp), dtype=np.float32)  # (Tp, Kp) x padded with zero tokens and values
+    xp[:t, :k] = x
+    n = blocks.shape[0]
+    for task in prange((n + rows_per_task - 1) // rows_per_task):
+        start = task * rows_per_task
+        _task(tag, blocks, f16, xp, out, start, min(n, start + rows_per_task), k)
+
+
+def matmul_f32_gemm(
+    x: np.ndarray, blocks: np.ndarray, tag: np.ndarray, out: np.ndarray, threads: int
+) -> None:
+    """out (T, N) = x (T, K) float32 @ decoded(blocks (N, row_bytes)).T (`tag`: its format)."""
+    n, k = blocks.shape[0], x.shape[1]
+    budget = max(ROWS, _SCRATCH_BYTES // (4 * k) // ROWS * ROWS)
+    balanced = -(-n // (8 * threads))
+    _matmul(x, blocks, tag, F16_TABLE, out, max(ROWS, min(budget, -(-balanced // ROWS) * ROWS)))
