@@ -23,7 +23,6 @@ from blazr.quant.cpu_gemm_simd import LANE_BYTES, ROWS, TOKENS, gemm_tile, gemm_
 from blazr.quant.cpu_int8_gemm import AVAILABLE, FORMATS, matmul_int8_gemm  # noqa: E402
 from blazr.quant.cpu_unpack import UNPACKERS, unpack_row  # noqa: E402
 from blazr.quant.ggml_blocks import dequantize  # noqa: E402
-from blazr.quant.int4 import decode_i4z  # noqa: E402
 from tests.test_quant_int8 import NMSE_EXACT, NMSE_MAX, nmse, quantized, random_weight  # noqa: E402
 
 needs_vnni = pytest.mark.skipif(not AVAILABLE, reason="the int8 GEMM runs only on CPUs with VNNI")
@@ -33,21 +32,7 @@ SHAPES = [(8, 1, 256), (13, 7, 512), (40, 33, 768), (9, 5, 4096 + 256)]
 
 def dense(w) -> np.ndarray:
     """(N, K) float64 dequantized weights."""
-    if w.format == "I4Z":
-        out = np.empty((w.blocks.size // 20, 32), np.float32)  # (blocks, 32)
-        decode_i4z(w.blocks.reshape(-1, 20), out)
-        return out.reshape(w.shape).astype(np.float64)
     return dequantize(w.blocks, w.format, w.shape).astype(np.float64)
-
-
-def weight(fmt: str, n: int, k: int, rng):
-    if fmt != "I4Z":
-        return random_weight(fmt, n, k, rng)
-    w = random_weight("Q4_1", n, k, rng)  # same 20-byte block; keep the zero point a 4-bit value
-    blocks = w.blocks.reshape(n, -1, 20)
-    blocks[:, :, 2] &= 15
-    blocks[:, :, 3] = 0
-    return type(w)(w.blocks, "I4Z", w.shape)
 
 
 @njit
@@ -58,7 +43,7 @@ def _unpack_all(tag, blocks, q, ws, mins):
 
 @pytest.mark.parametrize("fmt", sorted(UNPACKERS))
 def test_unpacked_rows_dequantize_to_the_reference(fmt, rng):
-    w = weight(fmt, 5, 512, rng)
+    w = random_weight(fmt, 5, 512, rng)
     n, k = w.shape
     q = np.empty((n, k), np.uint8)  # (N, K)
     ws = np.empty((n, k // 4), np.float32)  # (N, K/4)
@@ -79,9 +64,9 @@ def gemm(x: np.ndarray, w) -> np.ndarray:
 @needs_vnni
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_integer_part_is_exact(fmt, rng):
-    shapes = SHAPES + ([(7, 3, 96)] if fmt in ("Q4_0", "Q5_1", "I4Z") else [])  # K = 32 * odd: padded to 64
+    shapes = SHAPES + ([(7, 3, 96)] if fmt in ("Q4_0", "Q5_1") else [])  # K = 32 * odd: padded to 64
     for t, n, k in shapes:
-        w = weight(fmt, n, k, rng)
+        w = random_weight(fmt, n, k, rng)
         x = rng.standard_normal((t, w.shape[1])).astype(np.float32)
         xq, dx, _ = quantized(x)
         x_used = (xq.reshape(t, -1, 32) * dx[:, :, None].astype(np.float64)).reshape(t, -1)  # (T, K)
@@ -94,7 +79,7 @@ def test_integer_part_is_exact(fmt, rng):
 def test_accuracy_against_float64(fmt, rng):
     got, want = [], []
     for t, n, k in SHAPES:
-        w = weight(fmt, n, k, rng)
+        w = random_weight(fmt, n, k, rng)
         x = rng.standard_normal((t, w.shape[1])).astype(np.float32)
         got.append(gemm(x, w).astype(np.float64).ravel())
         want.append((x.astype(np.float64) @ dense(w).T).ravel())
@@ -104,7 +89,7 @@ def test_accuracy_against_float64(fmt, rng):
 
 @needs_vnni
 def test_non_finite_activations_give_nan_not_garbage(rng):
-    w = weight("Q4_K", 6, 512, rng)
+    w = random_weight("Q4_K", 6, 512, rng)
     x = rng.standard_normal((9, 512)).astype(np.float32)
     x[2, 300] = np.inf
     x[5, 7] = np.nan
