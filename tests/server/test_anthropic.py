@@ -237,7 +237,14 @@ async def test_client_leaving_closes_the_generation():
 
 
 async def test_message_body_and_count_tokens(tiny_client):
-    body = {"model": "tiny", "max_tokens": 3, "messages": HI, "metadata": {"user_id": "u"}, "unknown": 1}
+    body = {
+        "model": "tiny",
+        "max_tokens": 3,
+        "temperature": 0,
+        "messages": HI,
+        "metadata": {"user_id": "u"},
+        "unknown": 1,
+    }
     response = await tiny_client.post("/v1/messages", json=body)
     assert response.status_code == 200
     message = await response.get_json()
