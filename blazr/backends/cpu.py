@@ -40,7 +40,7 @@ class Backend(ArrayAPIBackend):
         if fast_kernels and not HAS_NUMBA:
             raise ConfigError("fast CPU kernels need numba; install it with: pip install numba")
         self.fast_kernels = HAS_NUMBA if fast_kernels is None else bool(fast_kernels)
-        # round activations to int8 for 1-4-token matmuls with packed weights (blazr.quant.cpu_int8_dots)
+        # round activations to int8 for matmuls with packed weights (blazr.quant.cpu_int8_dots, cpu_int8_gemm)
         self.int8_activations = True
         # set once a packed matmul has run numba's thread pool: then small dense matmuls use it too
         self._numba_pool = False
