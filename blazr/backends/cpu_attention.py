@@ -19,10 +19,15 @@ from numba import njit, prange
 
 
 @njit(inline="always")
-def _attend(qh, k_cache, v_cache, slots, kh, scale, softcap, scores, acc, out_rows):
-    """out_rows[g] = softmax(qh[g] . keys * scale) @ values over the keys at `slots` (n,) of KV head kh.
-    qh (G, Dh) contiguous queries; scores (G, >= n) and acc (G, Dh) scratch; out_rows (G, Dh)."""
+def _attend(q, out, row, kh, k_cache, v_cache, slots, scale, softcap, qh, scores, acc):
+    """out[row, h] = softmax(q[row, h] . keys * scale) @ values for the G query heads h of KV head kh, over
+    the keys at `slots` (n,). qh (G, Dh), scores (G, >= n) and acc (G, Dh) are scratch: the queries are
+    copied to qh because q is usually a strided view (of the fused qkv rows), and the dot products only
+    vectorise over rows numba knows to be contiguous."""
     g_len, dh = qh.shape
+    for g in range(g_len):
+        qh[g] = q[row, kh * g_len + g]
+    out_rows = out[row, kh * g_len : (kh + 1) * g_len]  # (G, Dh)
     n_keys = slots.size
     n4 = n_keys // 4 * 4
     for j in range(0, n4, 4):  # four keys per pass over each query: four dot products in flight
@@ -108,29 +113,14 @@ def attention_decode(q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, 
         max_ctx = max(max_ctx, ctx_lens[b])
     scores = np.empty((g_len, max_ctx), dtype=np.float32)  # (G, L) one kv head's scores, then weights
     acc = np.empty((g_len, dh), dtype=np.float32)  # (G, Dh)
-    # (G, Dh) this kv head's queries, copied: q is usually a strided view (of the fused qkv rows), and the
-    # dot products only vectorise over rows numba knows to be contiguous
-    qh = np.empty((g_len, dh), dtype=np.float32)
+    qh = np.empty((g_len, dh), dtype=np.float32)  # (G, Dh) one kv head's queries
     slots = np.empty(max_ctx, dtype=np.int64)  # (L,) cache row of each position
     for b in range(batch):
         ctx = ctx_lens[b]
         _sequence_slots(tables, b, ctx, block_size, slots)
         lo = max(0, ctx - window) if window > 0 else 0
         for kh in range(hkv):
-            for g in range(g_len):
-                qh[g] = q[b, kh * g_len + g]
-            _attend(
-                qh,
-                k_cache,
-                v_cache,
-                slots[lo:ctx],
-                kh,
-                scale,
-                softcap,
-                scores,
-                acc,
-                out[b, kh * g_len : (kh + 1) * g_len],
-            )
+            _attend(q, out, b, kh, k_cache, v_cache, slots[lo:ctx], scale, softcap, qh, scores, acc)
     return True
 
 
@@ -157,17 +147,4 @@ def attention_prefill(q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size,
         for i in range(q_lens[b]):
             row, pos = first[b] + i, ctx - q_lens[b] + i
             lo = max(0, pos + 1 - window) if window > 0 else 0
-            for g in range(g_len):
-                qh[g] = q[row, kh * g_len + g]
-            _attend(
-                qh,
-                k_cache,
-                v_cache,
-                slots[lo : pos + 1],
-                kh,
-                scale,
-                softcap,
-                scores,
-                acc,
-                out[row, kh * g_len : (kh + 1) * g_len],
-            )
+            _attend(q, out, row, kh, k_cache, v_cache, slots[lo : pos + 1], scale, softcap, qh, scores, acc)

@@ -78,6 +78,25 @@ def _check_2d(**arrays) -> None:
             raise TypeError(f"gemm_tile's {name} must be a C-contiguous 2-D {dtype} array, got {arr}")
 
 
+def _accumulators(builder, fvec):
+    """ROWS x TOKENS zeroed vector accumulators (allocas that LLVM keeps in registers)."""
+    zero = ir.Constant(fvec, None)
+    return [[cgutils.alloca_once_value(builder, zero) for _ in range(TOKENS)] for _ in range(ROWS)]
+
+
+def _store_sums(context, builder, accs, aryty, ary, rows, tokens):
+    """ary[t, row] = the sum of the lanes of accs[r][c] for each tile row r and token c."""
+    fvec = accs[0][0].type.pointee
+    reduce_fn = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(_F32, [_F32, fvec]), f"llvm.vector.reduce.fadd.v{fvec.count}f32"
+    )
+    for r, row in enumerate(rows):
+        for c, t in enumerate(tokens):
+            total = builder.call(reduce_fn, [ir.Constant(_F32, 0.0), builder.load(accs[r][c])])
+            ptr = _row_ptr(context, builder, aryty, ary, t, builder.mul(row, ir.Constant(_I64, 4)))
+            builder.store(total, builder.bitcast(ptr, _F32.as_pointer()))
+
+
 def _make_tile_kernel(step: int):
     """The micro-kernel with `step` bytes per vpdpbusd (64 or 32); see gemm_tile."""
     lanes = step // 4
@@ -103,10 +122,7 @@ def _make_tile_kernel(step: int):
 
             rows = [builder.add(r0v, const(r)) for r in range(ROWS)]
             tokens = [builder.add(t0v, const(c)) for c in range(TOKENS)]
-            accs = [
-                [cgutils.alloca_once_value(builder, ir.Constant(fvec, None)) for _ in range(TOKENS)]
-                for _ in range(ROWS)
-            ]
+            accs = _accumulators(builder, fvec)
             spread = ir.Constant(_vec(_I32, lanes), [lane // 8 for lane in range(lanes)])
             with cgutils.for_range(builder, nsteps) as loop:
                 xbyte = builder.mul(
@@ -136,14 +152,7 @@ def _make_tile_kernel(step: int):
                         cell = accs[r][c]
                         offset = builder.fmul(m, sums[c], flags=["contract"])
                         builder.store(builder.fsub(builder.load(cell), offset, flags=["contract"]), cell)
-            reduce_fn = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(_F32, [_F32, fvec]), f"llvm.vector.reduce.fadd.v{lanes}f32"
-            )
-            for r, row in enumerate(rows):
-                for c, t in enumerate(tokens):
-                    total = builder.call(reduce_fn, [ir.Constant(_F32, 0.0), builder.load(accs[r][c])])
-                    ptr = _row_ptr(context, builder, aty[6], acc_, t, builder.mul(row, const(4)))
-                    builder.store(total, builder.bitcast(ptr, _F32.as_pointer()))
+            _store_sums(context, builder, accs, aty[6], acc_, rows, tokens)
             return context.get_dummy_value()
 
         return types.none(q, ws, mins, xq, dx, xsum, acc, r0, t0, steps, group_steps), codegen
@@ -178,10 +187,7 @@ def _make_f32_tile_kernel():
             fvec = _vec(_F32, lanes)
             rows = [builder.add(r0v, const(r)) for r in range(ROWS)]
             tokens = [builder.add(t0v, const(c)) for c in range(TOKENS)]
-            accs = [
-                [cgutils.alloca_once_value(builder, ir.Constant(fvec, None)) for _ in range(TOKENS)]
-                for _ in range(ROWS)
-            ]
+            accs = _accumulators(builder, fvec)
             with cgutils.for_range(builder, nsteps) as loop:
                 byte = builder.mul(loop.index, const(4 * lanes))
                 xs = [_load(builder, _row_ptr(context, builder, aty[1], x_, t, byte), fvec) for t in tokens]
@@ -191,14 +197,7 @@ def _make_f32_tile_kernel():
                         cell = accs[r][c]
                         prod = builder.fmul(wv, xs[c], flags=["contract"])
                         builder.store(builder.fadd(builder.load(cell), prod, flags=["contract"]), cell)
-            reduce_fn = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(_F32, [_F32, fvec]), f"llvm.vector.reduce.fadd.v{lanes}f32"
-            )
-            for r, row in enumerate(rows):
-                for c, t in enumerate(tokens):
-                    total = builder.call(reduce_fn, [ir.Constant(_F32, 0.0), builder.load(accs[r][c])])
-                    ptr = _row_ptr(context, builder, aty[2], acc_, t, builder.mul(row, const(4)))
-                    builder.store(total, builder.bitcast(ptr, _F32.as_pointer()))
+            _store_sums(context, builder, accs, aty[2], acc_, rows, tokens)
             return context.get_dummy_value()
 
         return types.none(w, x, acc, r0, t0, steps), codegen

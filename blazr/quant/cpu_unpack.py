@@ -18,6 +18,7 @@ import numpy as np
 from numba import njit
 
 from blazr.quant.cpu_blocks import dispatch_by_format
+from blazr.quant.cpu_int8_dots import _k_scale_min
 from blazr.quant.cpu_simd import (
     f16_at,
     unpack_q2_k,
@@ -89,16 +90,6 @@ def _q8_0(row, q, ws, mins):
 
 
 # ---- 256-value K-quant super-blocks ---------------------------------------------------------------------
-
-
-@njit(inline="always")
-def _k_scale_min(row, o, g):
-    """Q4_K/Q5_K six-bit (scale, min) of group g from the 12 bytes at o + 4 of one super-block."""
-    if g < 4:
-        return np.int32(row[o + 4 + g]) & 63, np.int32(row[o + 8 + g]) & 63
-    sc = (np.int32(row[o + 8 + g]) & 15) | ((np.int32(row[o + g]) >> 6) << 4)
-    mn = (np.int32(row[o + 8 + g]) >> 4) | ((np.int32(row[o + 4 + g]) >> 6) << 4)
-    return sc, mn
 
 
 @njit(inline="always")
