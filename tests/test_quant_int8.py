@@ -23,7 +23,7 @@ pytest.importorskip("numba")
 
 from numba import njit  # noqa: E402
 
-from blazr.quant import QuantWeight, block_info, cpu_kernels  # noqa: E402
+from blazr.quant import QuantWeight, block_info, cpu_int8_gemm, cpu_kernels  # noqa: E402
 from blazr.quant.cpu_blocks import format_tag  # noqa: E402
 from blazr.quant.cpu_int8_dots import INT8_DOTS, matmul_int8, quantize_rows  # noqa: E402
 from blazr.quant.cpu_simd import (  # noqa: E402
@@ -213,16 +213,15 @@ def test_accuracy_against_float64(fmt, rng):
 
 @pytest.mark.parametrize("fmt", ["Q4_K", "Q8_0"])
 def test_matmul_switch_picks_the_path(fmt, rng, monkeypatch):
-    """cpu_kernels.matmul: int8 for at most INT8_MAX_TOKENS tokens of an INT8_FORMATS weight, else f32."""
+    """cpu_kernels.matmul: an INT8_FORMATS weight rounds x to int8 (these row dots below the GEMM's token
+    count); int8=False, or a format outside INT8_FORMATS, keeps exact f32 activations."""
     w = random_weight(fmt, 20, 512, rng)
     x = rng.standard_normal((2, 512)).astype(np.float32)
     exact = x.astype(np.float64) @ dequantize(w.blocks, fmt, w.shape).astype(np.float64).T
     monkeypatch.setattr(cpu_kernels, "INT8_FORMATS", frozenset({fmt}))
-    monkeypatch.setattr(cpu_kernels, "INT8_MAX_TOKENS", 2)
+    assert cpu_kernels.path(len(x), fmt, True) == "int8"
     np.testing.assert_array_equal(cpu_kernels.matmul(x, w), int8_matmul(x, w))
-    monkeypatch.setattr(cpu_kernels, "INT8_MAX_TOKENS", 1)
-    assert nmse(cpu_kernels.matmul(x, w).astype(np.float64), exact) <= NMSE_EXACT
-    monkeypatch.setattr(cpu_kernels, "INT8_MAX_TOKENS", 2)
+    assert nmse(cpu_kernels.matmul(x, w, int8=False).astype(np.float64), exact) <= NMSE_EXACT
     monkeypatch.setattr(cpu_kernels, "INT8_FORMATS", frozenset())
     assert nmse(cpu_kernels.matmul(x, w).astype(np.float64), exact) <= NMSE_EXACT
 
@@ -248,12 +247,16 @@ LLAMA_CPP_TEXT = {
 
 def test_int8_activations_keep_the_real_model_near_its_greedy_path(smollm2_gguf, monkeypatch):
     """SmolLM2-135M (Q4_1 layers), 24 greedy tokens from three prompts. The default int8 activations (prefill
-    and decode) give llama.cpp's text on the France and story prompts, token for token: llama.cpp rounds
-    activations to int8 too, and both part from the float32 path at near-ties (after 5 and 16 tokens there,
-    measured). On the fibonacci prompt, where llama.cpp parts from both after "return ", int8 and float32
-    agree on all 24 tokens."""
+    and decode) follow llama.cpp's text on the France and story prompts for at least 12 tokens, and further
+    than float32 does on the France prompt (llama.cpp rounds activations to int8 too; float32 parts after 5
+    tokens). Measured: 24 and 24 tokens with the VNNI kernels; 14 and 16 with the AVX2 ones (NUMBA_CPU_FEATURES
+    without AVX-512), whose float sums differ in order, which rounding each layer's input to int8 again
+    amplifies until a near-tie flips. On the fibonacci prompt, where llama.cpp parts from both after
+    "return ", int8 and float32 agree on at least 12 tokens (24 measured with either)."""
     import blazr
 
+    if not cpu_int8_gemm.AVAILABLE:
+        pytest.skip("float32 activations are the default on CPUs without an int8 GEMM")
     assert "Q4_1" in cpu_kernels.INT8_FORMATS  # the int8 path is the default for this model's layers
     llm = blazr.load(str(smollm2_gguf))
 
@@ -264,8 +267,9 @@ def test_int8_activations_keep_the_real_model_near_its_greedy_path(smollm2_gguf,
     monkeypatch.setattr(cpu_kernels, "INT8_FORMATS", frozenset())
     f32 = [llm.generate(p, max_tokens=24, temperature=0, ignore_eos=True) for p in REAL_PROMPTS]
     agree = [_common_prefix(ids(a), ids(b)) for a, b in zip(int8, f32, strict=True)]
-    assert int8[0] == LLAMA_CPP_TEXT[0] and int8[2] == LLAMA_CPP_TEXT[2], int8
-    assert int8[1] == f32[1], agree
+    with_llama_cpp = [_common_prefix(ids(int8[i]), ids(LLAMA_CPP_TEXT[i])) for i in (0, 2)]
+    assert min(with_llama_cpp) >= 12 and with_llama_cpp[0] > agree[0], (with_llama_cpp, agree, int8)
+    assert agree[1] >= 12, agree
     assert f32[0].startswith(" Paris."), f32[0]
 
 
@@ -284,6 +288,7 @@ def test_int8_decode_logits_stay_close_to_the_dequantized_model(tmp_path, name, 
     from tests.test_quant_models import BLOCK, PROMPT, packed_and_dense
 
     packed, dense = packed_and_dense(tmp_path, name, qtype, fast=True)
+    packed.be.set_int8_activations(True)  # the default only where the CPU has the int8 GEMM
     assert qtype in cpu_kernels.INT8_FORMATS
     caches = packed.make_cache(8, BLOCK), dense.make_cache(8, BLOCK)
     table = list(range(8))
@@ -330,8 +335,9 @@ def test_dtype_chooses_int8_or_exact_float_activations(tmp_path, monkeypatch):
         return backend.int8_activations, logits
 
     (default_on, default), (q8_on, q8), (f32_on, f32) = map(decode_logits, (None, "q8", "f32"))
-    assert default_on and q8_on and not f32_on
-    np.testing.assert_array_equal(default, q8)
+    # the default rounds where the CPU has the int8 GEMM for prompts (cpu_int8_gemm.AVAILABLE)
+    assert default_on == cpu_int8_gemm.AVAILABLE and q8_on and not f32_on
+    np.testing.assert_array_equal(default, q8 if default_on else f32)
     monkeypatch.setattr(cpu_kernels, "INT8_FORMATS", frozenset())
     _, float_path = decode_logits(None)
     np.testing.assert_array_equal(f32, float_path)

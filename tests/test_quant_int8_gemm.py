@@ -19,13 +19,15 @@ from numba import njit  # noqa: E402
 
 from blazr.quant import cpu_kernels  # noqa: E402
 from blazr.quant.cpu_blocks import format_tag  # noqa: E402
-from blazr.quant.cpu_gemm_simd import LANE_BYTES, ROWS, TOKENS, gemm_tile, gemm_tile_256  # noqa: E402
+from blazr.quant.cpu_gemm_simd import ROWS, TILE_KERNELS, TOKENS  # noqa: E402
 from blazr.quant.cpu_int8_gemm import AVAILABLE, FORMATS, matmul_int8_gemm  # noqa: E402
 from blazr.quant.cpu_unpack import UNPACKERS, unpack_row  # noqa: E402
 from blazr.quant.ggml_blocks import dequantize  # noqa: E402
 from tests.test_quant_int8 import NMSE_EXACT, NMSE_MAX, nmse, quantized, random_weight  # noqa: E402
 
-needs_vnni = pytest.mark.skipif(not AVAILABLE, reason="the int8 GEMM runs only on CPUs with VNNI")
+needs_int8_gemm = pytest.mark.skipif(
+    not AVAILABLE, reason="the int8 GEMM runs only on x86 CPUs with VNNI or AVX2"
+)
 # (T, N, K): T from the switch (8) up, rows and tokens not multiples of the (4, 3) tile, K = 4096 + 256
 SHAPES = [(8, 1, 256), (13, 7, 512), (40, 33, 768), (9, 5, 4096 + 256)]
 
@@ -61,7 +63,7 @@ def gemm(x: np.ndarray, w) -> np.ndarray:
     return out
 
 
-@needs_vnni
+@needs_int8_gemm
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_integer_part_is_exact(fmt, rng):
     shapes = SHAPES + ([(7, 3, 96)] if fmt in ("Q4_0", "Q5_1") else [])  # K = 32 * odd: padded to 64
@@ -74,7 +76,7 @@ def test_integer_part_is_exact(fmt, rng):
         assert err <= NMSE_EXACT, f"{fmt} {(t, n, k)}: NMSE {err:.2e}"
 
 
-@needs_vnni
+@needs_int8_gemm
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_accuracy_against_float64(fmt, rng):
     got, want = [], []
@@ -87,7 +89,7 @@ def test_accuracy_against_float64(fmt, rng):
     assert err <= NMSE_MAX, f"{fmt}: NMSE {err:.2e}"
 
 
-@needs_vnni
+@needs_int8_gemm
 def test_non_finite_activations_give_nan_not_garbage(rng):
     w = random_weight("Q4_K", 6, 512, rng)
     x = rng.standard_normal((9, 512)).astype(np.float32)
@@ -98,25 +100,27 @@ def test_non_finite_activations_give_nan_not_garbage(rng):
     assert np.isfinite(np.delete(out, [2, 5], axis=0)).all()
 
 
-@needs_vnni
-def test_256_bit_tile_matches_the_default_one(rng):
-    """The AVX-VNNI form (32-value steps) computes what the default tile does, on the same inputs."""
-
+def _tile_runner(kernel, step: int):
     @njit
-    def run(kernel_256, q, ws, mins, xq, dx, xsum, acc, steps_64, groups_16):
+    def run(q, ws, mins, xq, dx, xsum, acc):
         for r0 in range(0, q.shape[0], ROWS):
             for t0 in range(0, xq.shape[0], TOKENS):
-                if kernel_256:
-                    gemm_tile_256(q, ws, mins, xq, dx, xsum, acc, r0, t0, steps_64 * 2, groups_16 * 2)
-                else:
-                    gemm_tile(q, ws, mins, xq, dx, xsum, acc, r0, t0, steps_64 * 64 // LANE_BYTES,
-                              groups_16 * 64 // LANE_BYTES)  # fmt: skip
+                kernel(q, ws, mins, xq, dx, xsum, acc, r0, t0, q.shape[1] // step, mins.shape[1] * 4 // step)
 
+    return run
+
+
+@pytest.mark.parametrize("variant", sorted(TILE_KERNELS), ids=lambda v: f"{v[1]}-{8 * v[0]}bit")
+def test_every_lane_dot_variant_computes_the_tile(variant, rng):
+    """Each tile this CPU can run (VNNI and maddubs, 512- and 256-bit) against an int64/float64 reference, on
+    weight bytes up to 63 (the most any unpacked format stores) and activations over the whole int8 range."""
     r, t, k = 2 * ROWS, 2 * TOKENS, 512
-    q = rng.integers(0, 256, (r, k), dtype=np.uint8)
+    q = rng.integers(0, 64, (r, k), dtype=np.uint8)
+    q[0, :64] = 63
     ws = rng.standard_normal((r, k // 4)).astype(np.float32)
     mins = rng.standard_normal((r, k // 16)).astype(np.float32)
-    xq = rng.integers(-127, 128, (t, k), dtype=np.int8)
+    xq = rng.integers(-128, 128, (t, k), dtype=np.int8)
+    xq[0, :64] = -128
     dx = rng.random((t, k // 32)).astype(np.float32)
     xsum = rng.standard_normal((t, k // 16)).astype(np.float32)
     lanes = (q.reshape(r, k // 4, 4).astype(np.int64)[None] * xq.reshape(t, 1, k // 4, 4)).sum(axis=3)
@@ -124,18 +128,18 @@ def test_256_bit_tile_matches_the_default_one(rng):
         "trl,rl,tl->tr", lanes, ws.astype(np.float64), np.repeat(dx, 8, axis=1).astype(np.float64)
     )
     want -= xsum.astype(np.float64) @ mins.astype(np.float64).T  # (T, R)
-    for kernel_256 in (False, True):
-        acc = np.empty((t, r), np.float32)  # (T, R)
-        run(kernel_256, q, ws, mins, xq, dx, xsum, acc, k // 64, k // 16 // 16)
-        assert nmse(acc.astype(np.float64), want) <= NMSE_EXACT
+    acc = np.empty((t, r), np.float32)  # (T, R)
+    _tile_runner(TILE_KERNELS[variant], variant[0])(q, ws, mins, xq, dx, xsum, acc)
+    assert nmse(acc.astype(np.float64), want) <= NMSE_EXACT
 
 
 @pytest.mark.parametrize("fmt", ["Q4_K", "Q8_0"])
 def test_matmul_takes_the_gemm_for_prompts(fmt, rng):
     """cpu_kernels.matmul: from INT8_GEMM_MIN_TOKENS tokens an INT8_FORMATS weight takes the int8 GEMM where
-    the CPU has one; Q8_0 keeps exact float activations, and int8=False keeps them for every format."""
+    the CPU has one (else the int8 row dots: x is rounded the same way for every token count); Q8_0 keeps
+    exact float activations, and int8=False keeps them for every format."""
     tokens = cpu_kernels.INT8_GEMM_MIN_TOKENS
-    want = "int8-gemm" if AVAILABLE and fmt in cpu_kernels.INT8_FORMATS else "sgemm"
+    want = ("int8-gemm" if AVAILABLE else "int8") if fmt in cpu_kernels.INT8_FORMATS else "sgemm"
     assert cpu_kernels.path(max(tokens, cpu_kernels.GEMM_MIN_TOKENS), fmt, True) == want
     assert cpu_kernels.path(cpu_kernels.GEMM_MIN_TOKENS, fmt, False) == "sgemm"
     w = random_weight(fmt, 20, 512, rng)
@@ -146,7 +150,7 @@ def test_matmul_takes_the_gemm_for_prompts(fmt, rng):
     assert nmse(cpu_kernels.matmul(x, w, int8=False).astype(np.float64), exact) <= NMSE_EXACT
 
 
-@needs_vnni
+@needs_int8_gemm
 @pytest.mark.parametrize("name", ["llama", "qwen2"])
 @pytest.mark.parametrize("qtype", ["Q5_1", "Q5_0", "Q4_1", "Q4_0"])
 def test_prefill_logits_stay_close_to_the_dequantized_model(tmp_path, name, qtype):
@@ -168,10 +172,11 @@ def test_prefill_logits_stay_close_to_the_dequantized_model(tmp_path, name, qtyp
     assert same.mean() >= 0.80, f"{name} {qtype}: argmax agreement {same.mean():.2f}"
 
 
-@needs_vnni
-def test_prompts_stay_on_numbas_pool_once_the_gemm_runs(rng, monkeypatch):
-    """In a model whose prompts run the int8 GEMM, a Q8_0 tensor's prompt matmul takes the float32 GEMM on numba's pool
-    instead of BLAS sgemm (cpu_kernels.path); a model of Q8_0 alone keeps sgemm. Both stay exact in float."""
+@needs_int8_gemm
+def test_prompts_stay_on_numbas_pool_with_int8_activations(rng, monkeypatch):
+    """Once a packed matmul rounds x to int8 (the default where the int8 GEMM runs), a Q8_0 tensor's prompt
+    matmul takes the float32 GEMM on numba's pool, as every other prompt op then does, instead of BLAS sgemm;
+    a model of Q8_0 alone, or --dtype f32, keeps sgemm. All stay exact in float."""
     from blazr.backends.cpu import Backend
 
     sgemm_calls = []
@@ -181,13 +186,15 @@ def test_prompts_stay_on_numbas_pool_once_the_gemm_runs(rng, monkeypatch):
     x = rng.standard_normal((cpu_kernels.GEMM_MIN_TOKENS, 512)).astype(np.float32)
     exact = x.astype(np.float64) @ dense(q8).T
 
-    alone = Backend()
-    assert nmse(alone.matmul(x, q8).astype(np.float64), exact) <= NMSE_EXACT
-    assert len(sgemm_calls) == 1 and not alone._numba_prefill
+    for backend, int8, want_sgemm in [(Backend(), True, 0), (Backend(), False, 1)]:
+        backend.set_int8_activations(int8)
+        backend.matmul(x, q4k)
+        assert backend._numba_prefill == int8
+        sgemm_calls.clear()
+        assert nmse(backend.matmul(x, q8).astype(np.float64), exact) <= NMSE_EXACT
+        assert len(sgemm_calls) == want_sgemm
 
-    mixed = Backend()
-    mixed.matmul(x, q4k)
-    assert mixed._numba_prefill
-    assert nmse(mixed.matmul(x, q8).astype(np.float64), exact) <= NMSE_EXACT
-    assert len(sgemm_calls) == 1 and mixed._numba_prefill
+    q8_alone = Backend()
+    assert nmse(q8_alone.matmul(x, q8).astype(np.float64), exact) <= NMSE_EXACT
+    assert len(sgemm_calls) == 2 and not q8_alone._numba_prefill
     assert cpu_kernels.path(len(x), "Q8_0", True, blas=False) == "f32-gemm"

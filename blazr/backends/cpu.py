@@ -40,13 +40,16 @@ class Backend(ArrayAPIBackend):
         if fast_kernels and not HAS_NUMBA:
             raise ConfigError("fast CPU kernels need numba; install it with: pip install numba")
         self.fast_kernels = HAS_NUMBA if fast_kernels is None else bool(fast_kernels)
-        # round activations to int8 for matmuls with packed weights (blazr.quant.cpu_int8_dots, cpu_int8_gemm)
-        self.int8_activations = True
+        # round activations to int8 for matmuls with packed weights (blazr.quant.cpu_int8_dots, cpu_int8_gemm):
+        # by default where the CPU has the int8 GEMM for prompts (VNNI or AVX2), since a token must round the
+        # same way whatever batch it is in, and the int8 row dots alone would make prompts 3-4x slower
+        self.int8_activations = self.fast_kernels and _int8_gemm_available()
         # set once a packed matmul has run numba's thread pool: then small dense matmuls use it too
         self._numba_pool = False
-        # whether prompts' packed matmuls run on numba's pool (set by an int8 GEMM, cleared by an sgemm): then a
-        # prefill's attention and its other packed matmuls stay there too instead of waking OpenBLAS's pool
-        # (blazr.backends.cpu_attention, cpu_kernels.path)
+        # set once a packed matmul rounds x to int8 where the int8 GEMM runs: prompts then run all their packed
+        # matmuls (Q8_0 too, cpu_f32_gemm), attention and SiLU products on numba's pool instead of waking
+        # OpenBLAS's (blazr.backends.cpu_attention, cpu_kernels.path). It depends on the model and the dtype
+        # only, never on the batch, so a token takes the same kernels alone and in any batch.
         self._numba_prefill = False
         self._ops = None
         if self.fast_kernels:
@@ -82,11 +85,9 @@ class Backend(ArrayAPIBackend):
             module = self._quant_module(w.format)
             if module.__name__.endswith("cpu_kernels"):
                 self._numba_pool = True
-                blas = not self._numba_prefill
-                kernel = module.path(x.shape[0], w.format, self.int8_activations, blas)
-                if kernel in ("int8-gemm", "sgemm"):  # a prompt's matmul: which pool prompts run on now
-                    self._numba_prefill = kernel == "int8-gemm"
-                return module.matmul(x, w, int8=self.int8_activations, blas=blas)  # (T, N)
+                int8 = module.path(x.shape[0], w.format, self.int8_activations) in ("int8", "int8-gemm")
+                self._numba_prefill |= int8 and _int8_gemm_available()
+                return module.matmul(x, w, int8=self.int8_activations, blas=not self._numba_prefill)  # (T, N)
             return module.matmul(x, w)  # (T, N)
         if (
             self._numba_pool
@@ -175,3 +176,9 @@ class Backend(ArrayAPIBackend):
         return super().attention(
             q, k_cache, v_cache, block_tables, ctx_lens, q_lens, block_size, scale, window, softcap
         )
+
+
+def _int8_gemm_available() -> bool:
+    from blazr.quant.cpu_int8_gemm import AVAILABLE
+
+    return AVAILABLE

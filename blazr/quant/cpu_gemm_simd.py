@@ -3,17 +3,20 @@
 Why an intrinsic: the inner loop must keep ROWS * TOKENS vector accumulators in registers and issue one
 `vpdpbusd` per (row, token, 64 values); numba code cannot hold SIMD vectors, and generic LLVM vector IR
 turns a *partial* reduction (64 byte products into 16 lanes of 4) into shuffles rather than `vpdpbusd`
-(measured 11.8 G multiply-adds/s against 85 for the instruction). So the kernel calls the x86 VNNI
-intrinsic directly, and exists only where the CPU has it (`LANE_BYTES` is None elsewhere, and the CPU
-backend keeps its float32 GEMM there).
+(measured 11.8 G multiply-adds/s against 85 for the instruction). So the kernel calls x86 intrinsics
+directly, the best the CPU numba compiles for has (`LANE_DOT`):
+    "vnni"     vpdpbusd: AVX512-VNNI (64 bytes a step) or AVX-VNNI (32)
+    "maddubs"  vpmaddubsw then vpmaddwd by ones, llama.cpp's AVX2 way: AVX512-BW (64) or AVX2 (32); the
+               16-bit pair sums cannot saturate since every unpacked weight is at most 63 (|2 * 63 * 127|)
+and none elsewhere (`LANE_BYTES` is None: the CPU backend then keeps float32 activations for every matmul).
 
-Per 64 values (one step) and per (row r, token t), with w the unpacked weight bytes (blazr.quant.cpu_unpack)
-and x the int8 activations:
-    dot   = vpdpbusd(0, w[r], x[t])            16 int32 lanes, lane l = sum of 4 products (values 4l..4l+3)
+Per step and per (row r, token t), with w the unpacked weight bytes (blazr.quant.cpu_unpack) and x the
+int8 activations:
+    dot   = lane_dot(w[r], x[t])               int32 lanes, lane l = sum of 4 products (values 4l..4l+3)
     acc  += float(dot) * ws[r] * dx[t]         ws: the weights' scale per lane; dx: x's scale per 32 values
-which is exact integer arithmetic inside each lane and one float multiply-add per 4 values; the 16 lanes
-are summed once, after the last step. 256-bit VNNI (AVX-VNNI without AVX-512) runs the same kernel with
-32-value steps. Offsets and minimums are not here: cpu_int8_gemm subtracts them with the sums of x.
+which is exact integer arithmetic inside each lane and one float multiply-add per 4 values; the lanes
+are summed once, after the last step. Offsets and minimums are subtracted in the same tile with the sums
+of x (see gemm_tile).
 """
 
 from __future__ import annotations
@@ -34,21 +37,34 @@ def _vec(elem: ir.Type, n: int) -> ir.VectorType:
 
 
 def _target_features() -> set[str]:
-    """The CPU features numba compiles for (its NUMBA_CPU_FEATURES override, else the host's)."""
-    flat = config.CPU_FEATURES if config.CPU_FEATURES is not None else llb.get_host_cpu_features().flatten()
-    return {f[1:] for f in flat.split(",") if f.startswith("+")}
+    """The CPU features numba compiles for: those of its CPU name (the host's unless NUMBA_CPU_NAME says
+    otherwise; another name counts as none, to be safe), changed by NUMBA_CPU_FEATURES' +/- entries."""
+    host = llb.get_host_cpu_features()
+    features = {name for name, on in host.items() if on} if config.CPU_NAME in (None, "host") else set()
+    for entry in (config.CPU_FEATURES or "").split(","):
+        if entry[:1] == "+":
+            features.add(entry[1:])
+        elif entry[:1] == "-":
+            features.discard(entry[1:])
+    return features
 
 
-def _lane_bytes(features: set[str]) -> int | None:
-    """Bytes per vpdpbusd: 64 with AVX512-VNNI, 32 with AVX-VNNI (or VNNI with 256-bit AVX-512), else None."""
+def _lane_dot_kinds(features: set[str]) -> list[tuple[int, str]]:
+    """Every (bytes a step, kind) of lane dot the CPU can run, fastest first."""
+    kinds = []
     if {"avx512vnni", "avx512bw"} <= features:
-        return 64
+        kinds.append((64, "vnni"))
     if "avxvnni" in features or {"avx512vnni", "avx512vl"} <= features:
-        return 32
-    return None
+        kinds.append((32, "vnni"))
+    if "avx512bw" in features:
+        kinds.append((64, "maddubs"))
+    if "avx2" in features:
+        kinds.append((32, "maddubs"))
+    return kinds
 
 
-LANE_BYTES: int | None = _lane_bytes(_target_features())
+LANE_DOTS: list[tuple[int, str]] = _lane_dot_kinds(_target_features())
+LANE_BYTES, LANE_DOT = LANE_DOTS[0] if LANE_DOTS else (None, None)
 
 
 def _row_ptr(context, builder, aryty, ary, row, byte_offset):
@@ -63,13 +79,22 @@ def _load(builder, ptr, ty: ir.Type):
     return builder.load(builder.bitcast(ptr, ty.as_pointer()), align=1)
 
 
-def _vpdpbusd(builder, w, x, lanes: int):
+def _lane_dot(builder, w, x, lanes: int, kind: str):
     """<4 lanes x i8> unsigned w, signed x -> <lanes x i32>, lane l = sum_{j<4} w[4l + j] * x[4l + j]."""
-    vec = _vec(_I32, lanes)
-    fn = cgutils.get_or_insert_function(
-        builder.module, ir.FunctionType(vec, [vec] * 3), f"llvm.x86.avx512.vpdpbusd.{32 * lanes}"
-    )
-    return builder.call(fn, [ir.Constant(vec, None), builder.bitcast(w, vec), builder.bitcast(x, vec)])
+    i32s, bits = _vec(_I32, lanes), 32 * lanes
+    if kind == "vnni":
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(i32s, [i32s] * 3), f"llvm.x86.avx512.vpdpbusd.{bits}"
+        )
+        return builder.call(fn, [ir.Constant(i32s, None), builder.bitcast(w, i32s), builder.bitcast(x, i32s)])
+    i8s, i16s = _vec(_I8, 4 * lanes), _vec(ir.IntType(16), 2 * lanes)
+    pairs_name = "llvm.x86.avx512.pmaddubs.w.512" if bits == 512 else "llvm.x86.avx2.pmadd.ub.sw"
+    quads_name = "llvm.x86.avx512.pmaddw.d.512" if bits == 512 else "llvm.x86.avx2.pmadd.wd"
+    pairs_fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i16s, [i8s, i8s]), pairs_name)
+    quads_fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32s, [i16s, i16s]), quads_name)
+    pairs = builder.call(pairs_fn, [w, x])  # (2 lanes) int16 sums of 2 products
+    ones = ir.Constant(i16s, [ir.Constant(ir.IntType(16), 1)] * (2 * lanes))
+    return builder.call(quads_fn, [pairs, ones])
 
 
 def _check_2d(**arrays) -> None:
@@ -97,8 +122,8 @@ def _store_sums(context, builder, accs, aryty, ary, rows, tokens):
             builder.store(total, builder.bitcast(ptr, _F32.as_pointer()))
 
 
-def _make_tile_kernel(step: int):
-    """The micro-kernel with `step` bytes per vpdpbusd (64 or 32); see gemm_tile."""
+def _make_tile_kernel(step: int, kind: str):
+    """The micro-kernel with `step` bytes per lane dot (64 or 32) of `kind`; see gemm_tile."""
     lanes = step // 4
     blocks = step // 32  # 32-value scales of x per step
 
@@ -138,7 +163,7 @@ def _make_tile_kernel(step: int):
                     w = row_vec(0, q_, row, xbyte, _vec(_I8, step))
                     s = row_vec(1, ws_, row, xbyte, fvec)
                     for c in range(TOKENS):
-                        dot = builder.sitofp(_vpdpbusd(builder, w, xs[c], lanes), fvec)
+                        dot = builder.sitofp(_lane_dot(builder, w, xs[c], lanes, kind), fvec)
                         scaled = builder.fmul(dot, builder.fmul(s, dxs[c]), flags=["contract"])
                         cell = accs[r][c]
                         builder.store(builder.fadd(builder.load(cell), scaled, flags=["contract"]), cell)
@@ -163,10 +188,11 @@ def _make_tile_kernel(step: int):
 # gemm_tile(q (R, Kp) uint8, ws (R, Kp/4) f32, mins (R, G) f32, xq (T, Kp) int8, dx (T, Kp/32) f32,
 #           xsum (T, G) f32, acc (T, R) f32, r0, t0, steps, group_steps), for r < ROWS and c < TOKENS:
 #   acc[t0 + c, r0 + r] = sum_j ws[r', j / 4] * dx[t', j / 32] * q[r', j] * xq[t', j]  - sum_g mins[r', g] xsum[t', g]
-#   (r' = r0 + r, t' = t0 + c) over the first steps * LANE_BYTES values j and the first group_steps * LANE_BYTES / 4
+#   (r' = r0 + r, t' = t0 + c) over the first steps * step values j and the first group_steps * step / 4
 #   groups g. Every row and token it reads must exist: callers pad to ROWS, TOKENS and whole steps with zeros.
-gemm_tile = _make_tile_kernel(LANE_BYTES) if LANE_BYTES else None
-gemm_tile_256 = _make_tile_kernel(32) if LANE_BYTES else None  # the AVX-VNNI form, tested where both run
+# Every variant this CPU runs (the tests compare them); gemm_tile is the first, None without any.
+TILE_KERNELS = {(step, kind): _make_tile_kernel(step, kind) for step, kind in LANE_DOTS}
+gemm_tile = TILE_KERNELS[LANE_DOTS[0]] if LANE_DOTS else None
 
 
 def _make_f32_tile_kernel():

@@ -98,5 +98,5 @@ def matmul_int8_gemm(
 ) -> None:
     """out (T, N) = int8-rounded x (T, K) float32 @ dequantized(blocks (N, row_bytes)).T (`tag`: its format)."""
     if not AVAILABLE:
-        raise RuntimeError("the int8 GEMM needs a CPU with VNNI (AVX512-VNNI or AVX-VNNI)")
+        raise RuntimeError("the int8 GEMM needs an x86 CPU with AVX2 (or VNNI)")
     _matmul(x, blocks, tag, out, rows_per_task(blocks.shape[0], x.shape[1], threads))

@@ -157,10 +157,10 @@ def path(tokens: int, fmt: str, int8: bool, blas: bool = True) -> str:
     the int8 GEMM (a Q8_0 tensor among Q5_0 ones), one sgemm woke OpenBLAS's spinning threads against
     numba's (0.5B Q4_K_M shape: prefill 1.17 s, 0.62 s with OpenBLAS at one thread)."""
     if int8 and fmt in INT8_FORMATS:
-        if tokens <= INT8_MAX_TOKENS:
-            return "int8"
-        if tokens >= INT8_GEMM_MIN_TOKENS and fmt in GEMM_FORMATS:
-            return "int8-gemm"
+        # int8 x for every token count, so that a token rounds the same alone and in any batch: without an
+        # int8 GEMM (no VNNI or AVX2) prompts take the row dots, slower than sgemm, which is why the
+        # backend asks for int8 there only on --dtype q8 (blazr.backends.cpu)
+        return "int8-gemm" if tokens >= INT8_GEMM_MIN_TOKENS and fmt in GEMM_FORMATS else "int8"
     if tokens <= FUSED_MAX_TOKENS and fmt in DOTS:
         return "fused"
     if tokens < GEMM_MIN_TOKENS:

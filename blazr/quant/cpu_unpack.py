@@ -1,7 +1,7 @@
 """Packed GGML rows unpacked for the int8 GEMM (blazr.quant.cpu_int8_gemm): one byte per weight and float scales.
 
 `unpack_row(tag, row, q, ws, mins)` writes, for the K values of one packed row,
-    q    (K,)    uint8    the format's unsigned integer of each value (Q8_0: the int8 with its sign bit flipped)
+    q    (K,)    uint8    the format's unsigned integer of each value (at most 63: see cpu_gemm_simd)
     ws   (K/4,)  float32  the scale of each run of 4 values (the lane width of vpdpbusd)
     mins (K/16,) float32  the offset of each 16-value group
 so that value j = ws[j // 4] * q[j] - mins[j // 16], the format's dequantization with its offset
@@ -75,18 +75,6 @@ def _q5_0(row, q, ws, mins):
 @njit(fastmath=True, nogil=True)
 def _q5_1(row, q, ws, mins):
     _q4_q5(row, q, ws, mins, 24, True, True)
-
-
-@njit(fastmath=True, nogil=True)
-def _q8_0(row, q, ws, mins):
-    """Q8_0 (d, qs[32] int8): q = qs + 128 as unsigned, offset 128 d."""
-    for b in range(q.size // 32):
-        o = 34 * b
-        d = f16_at(row, o)
-        for j in range(32):
-            q[32 * b + j] = row[o + 2 + j] ^ np.uint8(128)
-        _fill(ws, 8 * b, 8, d)
-        _fill(mins, 2 * b, 2, d * np.float32(128.0))
 
 
 # ---- 256-value K-quant super-blocks ---------------------------------------------------------------------
@@ -181,7 +169,7 @@ def _q6_k(row, q, ws, mins):
 
 # type name -> fn(row (row_bytes,) uint8, q (K,) uint8, ws (K/4,) float32, mins (K/16,) float32)
 UNPACKERS: dict = {
-    "Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1, "Q8_0": _q8_0,
+    "Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1,
     "Q2_K": _q2_k, "Q3_K": _q3_k, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k,
 }  # fmt: skip
 
