@@ -1,4 +1,4 @@
-"""Prefill matmul with int8 activations: many tokens times packed GGML rows, on the VNNI micro-kernel.
+"""Prefill matmul with int8 activations: many tokens times packed GGML rows, on a register-tile micro-kernel.
 
 Why: a prompt of T tokens multiplies every weight T times. Decoding rows to float32 for BLAS sgemm made a
 1B model's 128-token prefill compute-bound at ~45 G multiply-adds/s a core; `vpdpbusd` does 64 int8

@@ -3,9 +3,11 @@
 Decode (few tokens): each thread takes a range of weight rows and reads each row once per call: for up to
 FUSED_MAX_TOKENS tokens the common formats multiply the packed blocks directly (blazr.quant.cpu_dots); else a
 row is decoded into an L1 scratch row and dotted with every activation row.
-Prefill (many tokens): with int8 activations on a CPU with VNNI, the formats of blazr.quant.cpu_int8_gemm run an int8
-GEMM (rows unpacked once to bytes, vpdpbusd register tiles). Otherwise an L2-sized tile of rows is decoded to float32,
-then multiplied by BLAS sgemm, which is far faster than any dot-product loop once a decoded row is reused by many tokens.
+Prefill (many tokens): with int8 activations on a CPU with VNNI or AVX2, the formats of
+blazr.quant.cpu_int8_gemm run an int8 GEMM (rows unpacked once to bytes, register tiles of int8 dots).
+Otherwise an L2-sized tile of rows is decoded to float32, then multiplied by BLAS sgemm, which is far faster
+than any dot-product loop once a decoded row is reused by many tokens (or, in a prompt whose other matmuls
+run on numba's pool, by blazr.quant.cpu_f32_gemm's float32 tile).
 Every entry point releases the GIL (nogil=True): the server's event loop thread then streams tokens while
 the engine thread is inside a kernel, instead of waiting out Python's GIL switch interval on every token.
 Importing this module imports numba; the CPU backend falls back to blazr.quant.reference_matmul without it.
@@ -35,9 +37,9 @@ FUSED_MAX_TOKENS = 1
 # 32 values and use integer SIMD dots: 2.4-3.4x less CPU time for one token, 1.2-1.9x for 4, 1.0-1.5x for 8
 # ((2048, 2048) weights, one thread). It changes results by about 3e-5 NMSE (tests/test_quant_int8.py).
 # From INT8_GEMM_MIN_TOKENS tokens they take the int8 GEMM where the CPU has it (cpu_int8_gemm.FORMATS is
-# empty without VNNI): it unpacks every row once per call, which (8192, 2048) Q4_K/Q6_K weights paid back from
-# 8 tokens. The two ranges meet, so every token count rounds x the same way: a token's result then differs
-# between a solo run and a batch only by float32 summation order (tests/test_batching_invariants.py).
+# empty without VNNI or AVX2): it unpacks every row once per call, which (8192, 2048) Q4_K/Q6_K weights paid
+# back from 8 tokens. The two ranges meet, so no token count mixes float32 x into an int8 model (see `path`, and
+# docs/architecture.md on why a batch's kernels can still part from a lone request's at near-ties).
 INT8_GEMM_MIN_TOKENS = 8
 INT8_MAX_TOKENS = INT8_GEMM_MIN_TOKENS - 1
 INT8_FORMATS: frozenset[str] = frozenset(INT8_DOTS) - {"Q8_0"}
