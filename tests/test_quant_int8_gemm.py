@@ -66,7 +66,7 @@ def gemm(x: np.ndarray, w) -> np.ndarray:
 @needs_int8_gemm
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_integer_part_is_exact(fmt, rng):
-    shapes = SHAPES + ([(7, 3, 96)] if fmt in ("Q4_0", "Q5_1") else [])  # K = 32 * odd: padded to 64
+    shapes = SHAPES + ([(7, 3, 96)] if fmt in ("Q4_0", "Q5_1", "I4Z") else [])  # K = 32 * odd: padded to 64
     for t, n, k in shapes:
         w = random_weight(fmt, n, k, rng)
         x = rng.standard_normal((t, w.shape[1])).astype(np.float32)

@@ -123,6 +123,21 @@ def _q5_1(row, xq, dx, xs, out, r):
 
 
 @njit(fastmath=True, nogil=True)
+def _i4z(row, xq, dx, xs, out, r):
+    """I4Z, blazr's AWQ/GPTQ int4 (d f16, z u16, qs[16] as Q4_0; v = (q - z) d): blazr.quant.int4."""
+    for t in range(xq.shape[0]):
+        x = xq[t]  # (K,)
+        acc = np.float32(0.0)
+        for b in range(xq.shape[1] // 32):
+            o = 20 * b
+            _prefetch_ahead(row, o, 20)
+            z = np.int32(row[o + 2]) | (np.int32(row[o + 3]) << 8)
+            dot = dot_q4(row, o + 4, x, 32 * b) - z * (xs[t, 2 * b] + xs[t, 2 * b + 1])
+            acc += f16_at(row, o) * dx[t, b] * np.float32(dot)
+        out[t, r] = acc
+
+
+@njit(fastmath=True, nogil=True)
 def _q8_0(row, xq, dx, xs, out, r):
     """Q8_0: d f16, qs[32] int8. The weights are dotted with their sign bit flipped (q + 128, unsigned)."""
     for t in range(xq.shape[0]):
@@ -307,6 +322,7 @@ def _q6_k(row, xq, dx, xs, out, r):
 INT8_DOTS: dict = {
     "Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1, "Q8_0": _q8_0,
     "Q2_K": _q2_k, "Q3_K": _q3_k, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k,
+    "I4Z": _i4z,
 }  # fmt: skip
 
 

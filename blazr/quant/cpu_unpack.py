@@ -167,10 +167,23 @@ def _q6_k(row, q, ws, mins):
             mins[(v >> 4) + g] = np.float32(32.0) * scale
 
 
+@njit(fastmath=True, nogil=True)
+def _i4z(row, q, ws, mins):
+    """I4Z, blazr's AWQ/GPTQ int4 (d f16, z u16, qs[16] as Q4_0; v = (q - z) d): offset z d."""
+    for b in range(q.size // 32):
+        o = 20 * b
+        d = f16_at(row, o)
+        z = np.float32(np.int32(row[o + 2]) | (np.int32(row[o + 3]) << 8))
+        unpack_q4(row, o + 4, q, 32 * b)
+        _fill(ws, 8 * b, 8, d)
+        _fill(mins, 2 * b, 2, z * d)
+
+
 # type name -> fn(row (row_bytes,) uint8, q (K,) uint8, ws (K/4,) float32, mins (K/16,) float32)
 UNPACKERS: dict = {
     "Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1,
     "Q2_K": _q2_k, "Q3_K": _q3_k, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k,
+    "I4Z": _i4z,
 }  # fmt: skip
 
 # unpack_row(tag, row, q, ws, mins): the row in the GEMM's layout (see the module docstring)
