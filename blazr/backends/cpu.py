@@ -43,7 +43,8 @@ class Backend(ArrayAPIBackend):
         # round activations to int8 for matmuls with packed weights (blazr.quant.cpu_int8_dots, cpu_int8_gemm):
         # by default where the CPU has the int8 GEMM for prompts (VNNI or AVX2), since a token must round the
         # same way whatever batch it is in, and the int8 row dots alone would make prompts 3-4x slower
-        self.int8_activations = self.fast_kernels and _int8_gemm_available()
+        self._int8_gemm = self.fast_kernels and _int8_gemm_available()
+        self.int8_activations = self._int8_gemm
         # set once a packed matmul has run numba's thread pool: then small dense matmuls use it too
         self._numba_pool = False
         # set once a packed matmul rounds x to int8 where the int8 GEMM runs: prompts then run all their packed
@@ -85,8 +86,8 @@ class Backend(ArrayAPIBackend):
             module = self._quant_module(w.format)
             if module.__name__.endswith("cpu_kernels"):
                 self._numba_pool = True
-                int8 = module.path(x.shape[0], w.format, self.int8_activations) in ("int8", "int8-gemm")
-                self._numba_prefill |= int8 and _int8_gemm_available()
+                if not self._numba_prefill and self.int8_activations and self._int8_gemm:
+                    self._numba_prefill = module.path(x.shape[0], w.format, True) in ("int8", "int8-gemm")
                 return module.matmul(x, w, int8=self.int8_activations, blas=not self._numba_prefill)  # (T, N)
             return module.matmul(x, w)  # (T, N)
         if (

@@ -85,10 +85,11 @@ def _attend(q, out, row, kh, k_cache, v_cache, slots, scale, softcap, qh, scores
 
 
 @njit(inline="always")
-def _sequence_slots(tables, b, n, block_size, slots):
-    """slots[p] = the cache row of position p < n of sequence b, without a division per position."""
-    blk = off = 0
-    for p in range(n):
+def _sequence_slots(tables, b, start, stop, block_size, slots):
+    """slots[p - start] = the cache row of position p of sequence b, start <= p < stop, without a division
+    per position."""
+    blk, off = start // block_size, start % block_size
+    for p in range(stop - start):
         slots[p] = tables[b, blk] * block_size + off
         off += 1
         if off == block_size:
@@ -117,10 +118,10 @@ def attention_decode(q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, 
     slots = np.empty(max_ctx, dtype=np.int64)  # (L,) cache row of each position
     for b in range(batch):
         ctx = ctx_lens[b]
-        _sequence_slots(tables, b, ctx, block_size, slots)
         lo = max(0, ctx - window) if window > 0 else 0
+        _sequence_slots(tables, b, lo, ctx, block_size, slots)
         for kh in range(hkv):
-            _attend(q, out, b, kh, k_cache, v_cache, slots[lo:ctx], scale, softcap, qh, scores, acc)
+            _attend(q, out, b, kh, k_cache, v_cache, slots[: ctx - lo], scale, softcap, qh, scores, acc)
     return True
 
 
@@ -139,12 +140,14 @@ def attention_prefill(q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size,
     for task in prange(batch * hkv):
         b, kh = task // hkv, task % hkv
         ctx = ctx_lens[b]
-        slots = np.empty(ctx, dtype=np.int64)  # (L,)
-        _sequence_slots(tables, b, ctx, block_size, slots)
+        first_key = max(0, ctx - q_lens[b] + 1 - window) if window > 0 else 0  # the first query's first key
+        slots = np.empty(ctx - first_key, dtype=np.int64)  # (L,) cache rows of positions first_key..ctx-1
+        _sequence_slots(tables, b, first_key, ctx, block_size, slots)
         scores = np.empty((g_len, ctx), dtype=np.float32)  # (G, L)
         acc = np.empty((g_len, dh), dtype=np.float32)  # (G, Dh)
         qh = np.empty((g_len, dh), dtype=np.float32)  # (G, Dh)
         for i in range(q_lens[b]):
             row, pos = first[b] + i, ctx - q_lens[b] + i
             lo = max(0, pos + 1 - window) if window > 0 else 0
-            _attend(q, out, row, kh, k_cache, v_cache, slots[lo : pos + 1], scale, softcap, qh, scores, acc)
+            keys = slots[lo - first_key : pos + 1 - first_key]
+            _attend(q, out, row, kh, k_cache, v_cache, keys, scale, softcap, qh, scores, acc)

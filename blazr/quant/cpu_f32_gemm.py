@@ -15,10 +15,7 @@ import numpy as np
 from numba import njit, prange
 
 from blazr.quant.cpu_blocks import F16_TABLE, decode_row
-from blazr.quant.cpu_gemm_simd import F32_STEP, ROWS, TOKENS, gemm_tile_f32
-
-_SCRATCH_BYTES = 1 << 18  # decoded rows per task: 256 KB of a 2 MB L2
-_X_CHUNK_BYTES = 1 << 19  # float32 activations reread per row tile
+from blazr.quant.cpu_gemm_simd import F32_STEP, ROWS, TOKENS, X_CHUNK_BYTES, gemm_tile_f32, rows_per_task
 
 
 @njit(cache=True, nogil=True)
@@ -31,7 +28,7 @@ def _task(tag, blocks, f16, x, out, start, stop, k):
     for i in range(nrows):
         decode_row(tag, blocks[start + i], f16, w[i, :k])
     acc = np.empty((tp, rp), dtype=np.float32)  # (Tp, Rp)
-    chunk = max(TOKENS, _X_CHUNK_BYTES // (4 * kp) // TOKENS * TOKENS)
+    chunk = max(TOKENS, X_CHUNK_BYTES // (4 * kp) // TOKENS * TOKENS)
     for t_start in range(0, tp, chunk):
         for r0 in range(0, rp, ROWS):
             for t0 in range(t_start, min(tp, t_start + chunk), TOKENS):
@@ -56,7 +53,4 @@ def matmul_f32_gemm(
     x: np.ndarray, blocks: np.ndarray, tag: np.ndarray, out: np.ndarray, threads: int
 ) -> None:
     """out (T, N) = x (T, K) float32 @ decoded(blocks (N, row_bytes)).T (`tag`: its format)."""
-    n, k = blocks.shape[0], x.shape[1]
-    budget = max(ROWS, _SCRATCH_BYTES // (4 * k) // ROWS * ROWS)
-    balanced = -(-n // (8 * threads))
-    _matmul(x, blocks, tag, F16_TABLE, out, max(ROWS, min(budget, -(-balanced // ROWS) * ROWS)))
+    _matmul(x, blocks, tag, F16_TABLE, out, rows_per_task(blocks.shape[0], 4 * x.shape[1], threads))

@@ -28,6 +28,17 @@ from numba.core import cgutils, config
 from numba.extending import intrinsic
 
 ROWS, TOKENS = 4, 3  # the register tile: (4, 3) and (3, 4) measured fastest, 85-89 G multiply-adds/s a core
+SCRATCH_BYTES = 1 << 18  # a GEMM task's unpacked or decoded rows: 256 KB of a 2 MB L2
+X_CHUNK_BYTES = 1 << 19  # activations reread per row tile, a token chunk at a time: 512 KB
+
+
+def rows_per_task(n: int, row_bytes: float, threads: int) -> int:
+    """Rows per parallel GEMM task for n rows taking row_bytes of scratch each: about 8 tasks a thread,
+    within SCRATCH_BYTES, a multiple of ROWS."""
+    budget = max(ROWS, int(SCRATCH_BYTES // row_bytes) // ROWS * ROWS)
+    balanced = -(-n // (8 * threads))
+    return max(ROWS, min(budget, -(-balanced // ROWS) * ROWS))
+
 
 _I8, _I32, _I64, _F32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
 

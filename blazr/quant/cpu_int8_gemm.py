@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from blazr.quant.cpu_gemm_simd import LANE_BYTES, ROWS, TOKENS, gemm_tile
+from blazr.quant.cpu_gemm_simd import LANE_BYTES, ROWS, TOKENS, X_CHUNK_BYTES, gemm_tile, rows_per_task
 from blazr.quant.cpu_int8_dots import quantize_rows
 from blazr.quant.cpu_unpack import UNPACKERS, unpack_row
 
@@ -27,8 +27,6 @@ AVAILABLE = gemm_tile is not None
 FORMATS: frozenset[str] = frozenset(UNPACKERS) if AVAILABLE else frozenset()
 _STEP = 64  # K is padded to a multiple of this (LANE_BYTES divides it)
 _GROUP_STEP = 16  # and its 16-value groups to a multiple of this (LANE_BYTES / 4 divides it)
-_SCRATCH_BYTES = 1 << 18  # unpacked rows per task (2.25 bytes per weight): 256 KB of a 2 MB L2
-_X_CHUNK_BYTES = 1 << 19  # int8 activations reread per row tile: 512 KB
 
 
 @njit(cache=True, nogil=True)
@@ -44,7 +42,7 @@ def _task(tag, blocks, xq, dx, xsum, out, start, stop, k):
     for i in range(nrows):
         unpack_row(tag, blocks[start + i], q[i, :k], ws[i, : k // 4], mins[i, : k // 16])
     acc = np.empty((tp, rp), dtype=np.float32)  # (Tp, Rp)
-    chunk = max(TOKENS, _X_CHUNK_BYTES // kp // TOKENS * TOKENS)
+    chunk = max(TOKENS, X_CHUNK_BYTES // kp // TOKENS * TOKENS)
     for t_start in range(0, tp, chunk):
         for r0 in range(0, rp, ROWS):
             for t0 in range(t_start, min(tp, t_start + chunk), TOKENS):
@@ -86,17 +84,11 @@ def _matmul(x, blocks, tag, out, rows_per_task):
         _task(tag, blocks, xq, dx, xsum, out, start, min(n, start + rows_per_task), k)
 
 
-def rows_per_task(n: int, k: int, threads: int) -> int:
-    """Rows per parallel task: about 8 tasks a thread, within the scratch budget, a multiple of ROWS."""
-    budget = max(ROWS, _SCRATCH_BYTES * 4 // (9 * k) // ROWS * ROWS)
-    balanced = -(-n // (8 * threads))
-    return max(ROWS, min(budget, -(-balanced // ROWS) * ROWS))
-
-
 def matmul_int8_gemm(
     x: np.ndarray, blocks: np.ndarray, tag: np.ndarray, out: np.ndarray, threads: int
 ) -> None:
     """out (T, N) = int8-rounded x (T, K) float32 @ dequantized(blocks (N, row_bytes)).T (`tag`: its format)."""
     if not AVAILABLE:
         raise RuntimeError("the int8 GEMM needs an x86 CPU with AVX2 (or VNNI)")
-    _matmul(x, blocks, tag, out, rows_per_task(blocks.shape[0], x.shape[1], threads))
+    # scratch per row: a byte per weight, a float scale per 4 and an offset per 16 (2.25 bytes per weight)
+    _matmul(x, blocks, tag, out, rows_per_task(blocks.shape[0], 2.25 * x.shape[1], threads))
