@@ -237,7 +237,13 @@ def test_tiny_n_choices_each_walk_their_own_grammar(tiny):
 def smollm2(smollm2_gguf):
     import blazr
 
-    return blazr.load(str(smollm2_gguf), device="cpu")
+    llm = blazr.load(str(smollm2_gguf), device="cpu")
+    # Exact float32 activations: a request batched beside others must decode as it does alone, and with int8
+    # ones the batch's kernels (GEMM vs row dots) sum in another order, which int8 rounding amplifies until a
+    # near-tie flips (seen on Zen 5: " Paris.\n\nThe answer is:" batched, "...The United States has" alone).
+    # Batch invariance with int8 activations belongs to the CPU kernels (test_batching_invariants says more).
+    llm.backend.set_int8_activations(False)
+    return llm
 
 
 def chat_ids(llm, text: str) -> list[int]:

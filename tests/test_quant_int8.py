@@ -226,53 +226,6 @@ def test_matmul_switch_picks_the_path(fmt, rng, monkeypatch):
     assert nmse(cpu_kernels.matmul(x, w).astype(np.float64), exact) <= NMSE_EXACT
 
 
-# ---- the default path on a real model ---------------------------------------------------------------------
-
-REAL_PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,"]
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
-
-
-# llama.cpp's greedy text for REAL_PROMPTS[0] and [2] on the same Q4_1 file (llama-cpp-python 0.3.36, 24 tokens)
-LLAMA_CPP_TEXT = {
-    0: " Paris.\n\nThe United States has a population of approximately 311 million people.\n\nThe United States",
-    2: " there was a wise old wizard named Elwes. Elwes was a master of magic and had a special",
-}
-
-
-def test_int8_activations_keep_the_real_model_near_its_greedy_path(smollm2_gguf, monkeypatch):
-    """SmolLM2-135M (Q4_1 layers), 24 greedy tokens from three prompts. The default int8 activations (prefill
-    and decode) follow llama.cpp's text on the France and story prompts for at least 12 tokens, and further
-    than float32 does on the France prompt (llama.cpp rounds activations to int8 too; float32 parts after 5
-    tokens). Measured: 24 and 24 tokens with the VNNI kernels; 14 and 16 with the AVX2 ones (NUMBA_CPU_FEATURES
-    without AVX-512), whose float sums differ in order, which rounding each layer's input to int8 again
-    amplifies until a near-tie flips. On the fibonacci prompt, where llama.cpp parts from both after
-    "return ", int8 and float32 agree on at least 12 tokens (24 measured with either)."""
-    import blazr
-
-    if not cpu_int8_gemm.AVAILABLE:
-        pytest.skip("float32 activations are the default on CPUs without an int8 GEMM")
-    assert "Q4_1" in cpu_kernels.INT8_FORMATS  # the int8 path is the default for this model's layers
-    llm = blazr.load(str(smollm2_gguf))
-
-    def ids(text: str) -> list[int]:
-        return llm.tokenize(text, add_special_tokens=False)
-
-    int8 = [llm.generate(p, max_tokens=24, temperature=0, ignore_eos=True) for p in REAL_PROMPTS]
-    monkeypatch.setattr(cpu_kernels, "INT8_FORMATS", frozenset())
-    f32 = [llm.generate(p, max_tokens=24, temperature=0, ignore_eos=True) for p in REAL_PROMPTS]
-    agree = [_common_prefix(ids(a), ids(b)) for a, b in zip(int8, f32, strict=True)]
-    with_llama_cpp = [_common_prefix(ids(int8[i]), ids(LLAMA_CPP_TEXT[i])) for i in (0, 2)]
-    assert min(with_llama_cpp) >= 12 and with_llama_cpp[0] > agree[0], (with_llama_cpp, agree, int8)
-    assert agree[1] >= 12, agree
-    assert f32[0].startswith(" Paris."), f32[0]
-
-
 # ---- tiny models: the default path against the dequantized weights ------------------------------------------
 
 
@@ -283,7 +236,8 @@ def test_int8_decode_logits_stay_close_to_the_dequantized_model(tmp_path, name, 
     per step, the int8-activation logits are within 10% (relative L2) of the dequantized float model's, and
     their argmax agrees on at least 80% of the steps (measured: errors 1.1-5.8%, agreement 0.94-1.0). These
     random models have top-2 logit gaps far below real models' (0.15 of a spread of ~4), so free-running
-    greedy ids part after a few near-ties; on the real SmolLM2 they match (test above)."""
+    greedy ids part after a few near-ties; the real SmolLM2 is held to its float reference in
+    tests/test_real_model_reference.py."""
     from blazr.models.batch import ForwardBatch
     from tests.test_quant_models import BLOCK, PROMPT, packed_and_dense
 
