@@ -10,6 +10,8 @@ import pytest
 from blazr.backends import get_backend
 from blazr.engine import Engine, SamplingParams
 
+pytestmark = pytest.mark.isa  # rerun by CI with the kernels compiled for other ISA levels (tools/isa_levels.py)
+
 
 class IdTokenizer:
     """Enough tokenizer for the engine: ids decode to themselves; no EOS (random weights)."""

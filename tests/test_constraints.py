@@ -261,6 +261,7 @@ def test_smollm2_token_bytes_spell_what_it_encodes(smollm2):
 
 
 @pytest.mark.registry
+@pytest.mark.isa
 def test_smollm2_constrained_outputs_parse_validate_and_leave_neighbours_alone(smollm2):
     schema = {
         "type": "object",

@@ -11,6 +11,8 @@ from blazr.backends.base import ACTIVATIONS, BINARY_OPS, OPS, SampleParams
 from tests import reference
 from tests.tolerances import assert_close
 
+pytestmark = pytest.mark.isa  # rerun by CI with the kernels compiled for other ISA levels (tools/isa_levels.py)
+
 
 def call(backend, op, *args, **kwargs):
     """Upload the array args, run the op, check it left its inputs alone, download what it returns."""

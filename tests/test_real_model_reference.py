@@ -24,7 +24,7 @@ import pytest
 
 from blazr.models.batch import ForwardBatch
 
-pytestmark = pytest.mark.registry
+pytestmark = [pytest.mark.registry, pytest.mark.isa]
 
 GOLDEN = Path(__file__).parent / "golden" / "smollm2_q4_1_float.npz"
 F32_LOGIT_ERROR = 5e-3  # |blazr - reference| at the recorded top logits, float32 activations
