@@ -332,3 +332,22 @@ def test_dense_matmuls_share_numbas_pool_once_packed_kernels_run(rng):
         got = be.matmul(x, w)
         want = x.astype(np.float64) @ w.astype(np.float64).T
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+def test_f16_at_converts_every_half_exactly():
+    """All 65536 half bit patterns, through the instruction (F16C, ARM) or the integer path (x86 without
+    F16C: no runtime-library call, which numba's JIT may resolve to a null pointer)."""
+    from blazr.quant.cpu_target import NATIVE_HALF
+
+    @njit
+    def convert(w):
+        out = np.empty(w.size // 2, np.float32)
+        for i in range(out.size):
+            out[i] = f16_at(w, 2 * i)
+        return out
+
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    got, want = convert(bits.view(np.uint8)), bits.view(np.float16).astype(np.float32)
+    nan = np.isnan(want)
+    assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32)), NATIVE_HALF
+    assert np.isnan(got[nan]).all()

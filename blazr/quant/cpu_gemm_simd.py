@@ -21,11 +21,12 @@ of x (see gemm_tile).
 
 from __future__ import annotations
 
-import llvmlite.binding as llb
 from llvmlite import ir
 from numba import types
-from numba.core import cgutils, config
+from numba.core import cgutils
 from numba.extending import intrinsic
+
+from blazr.quant.cpu_target import FEATURES
 
 ROWS, TOKENS = 4, 3  # the register tile: (4, 3) and (3, 4) measured fastest, 85-89 G multiply-adds/s a core
 SCRATCH_BYTES = 1 << 18  # a GEMM task's unpacked or decoded rows: 256 KB of a 2 MB L2
@@ -47,19 +48,6 @@ def _vec(elem: ir.Type, n: int) -> ir.VectorType:
     return ir.VectorType(elem, n)
 
 
-def _target_features() -> set[str]:
-    """The CPU features numba compiles for: those of its CPU name (the host's unless NUMBA_CPU_NAME says
-    otherwise; another name counts as none, to be safe), changed by NUMBA_CPU_FEATURES' +/- entries."""
-    host = llb.get_host_cpu_features()
-    features = {name for name, on in host.items() if on} if config.CPU_NAME in (None, "host") else set()
-    for entry in (config.CPU_FEATURES or "").split(","):
-        if entry[:1] == "+":
-            features.add(entry[1:])
-        elif entry[:1] == "-":
-            features.discard(entry[1:])
-    return features
-
-
 def _lane_dot_kinds(features: set[str]) -> list[tuple[int, str]]:
     """Every (bytes a step, kind) of lane dot the CPU can run, fastest first."""
     kinds = []
@@ -74,7 +62,7 @@ def _lane_dot_kinds(features: set[str]) -> list[tuple[int, str]]:
     return kinds
 
 
-LANE_DOTS: list[tuple[int, str]] = _lane_dot_kinds(_target_features())
+LANE_DOTS: list[tuple[int, str]] = _lane_dot_kinds(FEATURES)
 LANE_BYTES, LANE_DOT = LANE_DOTS[0] if LANE_DOTS else (None, None)
 
 

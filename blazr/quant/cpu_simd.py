@@ -21,6 +21,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from blazr.quant.cpu_target import NATIVE_HALF
+
 _I8, _I32 = ir.IntType(8), ir.IntType(32)
 _PAIR = types.UniTuple(types.int32, 2)
 
@@ -308,15 +310,34 @@ def dot_q6_k(typingctx, w, qlo, qho, ql_shift, qh_shift, x, xo):
 
 @intrinsic
 def f16_at(typingctx, w, wo):
-    """The little-endian IEEE half at w[wo], as float32 (vcvtph2ps / fcvt instead of a table lookup)."""
+    """The little-endian IEEE half at w[wo], as float32 (vcvtph2ps / fcvt instead of a table lookup; integer
+    operations where the target has no half conversion, see cpu_target.NATIVE_HALF)."""
     _check_bytes(w)
 
     def codegen(context, builder, sig, args):
         ptr = _byte_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-        half = builder.load(builder.bitcast(ptr, ir.HalfType().as_pointer()), align=1)
-        return builder.fpext(half, ir.FloatType())
+        if NATIVE_HALF:
+            half = builder.load(builder.bitcast(ptr, ir.HalfType().as_pointer()), align=1)
+            return builder.fpext(half, ir.FloatType())
+        bits = builder.zext(builder.load(builder.bitcast(ptr, ir.IntType(16).as_pointer()), align=1), _I32)
+        return _half_bits_to_float(builder, bits)
 
     return types.float32(w, wo), codegen
+
+
+def _half_bits_to_float(builder, bits):
+    """i32 holding half bits -> float, exactly: the half's exponent and mantissa moved into a float's fields
+    read as 2^-112 times the value (subnormal halves as float subnormals), times 2^112; inf and NaN keep
+    an all-ones exponent; the sign goes back last."""
+    f32, i32 = ir.FloatType(), _I32
+    magnitude = builder.and_(bits, ir.Constant(i32, 0x7FFF))
+    moved = builder.shl(magnitude, ir.Constant(i32, 13))
+    scaled = builder.fmul(builder.bitcast(moved, f32), ir.Constant(f32, 2.0**112))
+    special = builder.or_(moved, ir.Constant(i32, 0x7F800000))  # inf / NaN with its payload
+    is_special = builder.icmp_unsigned(">=", magnitude, ir.Constant(i32, 0x7C00))
+    out = builder.select(is_special, special, builder.bitcast(scaled, i32))
+    sign = builder.shl(builder.and_(bits, ir.Constant(i32, 0x8000)), ir.Constant(i32, 16))
+    return builder.bitcast(builder.or_(out, sign), f32)
 
 
 @intrinsic
