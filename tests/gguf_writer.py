@@ -16,7 +16,7 @@ import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 # HF model_type -> the general.architecture llama.cpp writes (it converts Mistral checkpoints as llama)
-GGUF_ARCH_FOR = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2"}
+GGUF_ARCH_FOR = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
 PERMUTED_ARCHS = ("llama", "mistral")
 
 

@@ -10,7 +10,8 @@ import pytest
 from blazr.backends import get_backend
 from blazr.engine import Engine, SamplingParams
 
-pytestmark = pytest.mark.isa  # rerun by CI with the kernels compiled for other ISA levels (tools/isa_levels.py)
+# rerun by CI with the kernels compiled for other ISA levels (tools/isa_levels.py)
+pytestmark = pytest.mark.isa
 
 
 class IdTokenizer:

@@ -88,6 +88,21 @@ def test_weight_bytes_count_every_weight_once_and_skip_an_untied_embedding_table
     assert weight_bytes(model) == total - embed + model.inv_freq.nbytes  # + the rope table the model builds
 
 
+def test_weight_bytes_count_a_tied_embedding_table_whole(tmp_path):
+    """A tied table is the LM head too: every decode step reads all of it."""
+    from blazr.backends import get_backend
+    from blazr.commands.bench_floor import weight_bytes
+    from blazr.loaders import load_checkpoint
+    from blazr.models import build_model
+    from tests.tiny_models import tiny_config, write_safetensors
+
+    assert tiny_config("qwen2")["tie_word_embeddings"]
+    checkpoint = load_checkpoint(write_safetensors("qwen2", tmp_path).parent)
+    model = build_model(checkpoint, get_backend("cpu"))
+    total = sum(4 * int(np.prod(t.shape)) for t in checkpoint.tensors.values())  # F32, no lm_head stored
+    assert weight_bytes(model) == total + model.inv_freq.nbytes  # + the rope table the model builds
+
+
 def test_bench_prompt_is_filled_when_the_vocabulary_cannot_spell_the_text():
     # it once doubled the text forever (a 2 GB string, then the OOM killer) for such a vocabulary
     from blazr.commands.bench import bench_prompt

@@ -243,9 +243,30 @@ def test_list_and_info_on_a_safetensors_dir(models):
     assert "broken.gguf" in result.stdout and "broken.gguf:" in result.stderr
 
     info = run_cli("info", "tiny-st").stdout
-    for line in ("format:        SAFETENSORS", "hidden size:   8", "KV heads:      1", "FFN dim:       24"):
+    for line in (
+        "format:        SAFETENSORS",
+        "family:        llama",
+        "hidden size:   8",
+        "KV heads:      1",
+    ):
         assert line in info
+    assert "FFN dim:       24" in info
     assert "license:       MIT License" in info and "F32 x2, F16 x1" in info
+
+
+def test_info_names_the_family_or_lists_the_supported_ones():
+    from blazr.commands.models import family_of
+
+    assert family_of({"architectures": ["Qwen3ForCausalLM"]}) == "qwen3"
+    assert family_of({"architectures": ["MistralForCausalLM"]}) == "llama"
+    unknown = family_of({"architectures": ["GPTBigCodeForCausalLM"]})
+    assert unknown.startswith(
+        "none: model architecture 'GPTBigCodeForCausalLM' is not supported; supported: "
+    )
+    assert (
+        "llama (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)" in unknown
+        and "Qwen3ForCausalLM" in unknown
+    )
 
 
 @pytest.mark.registry
@@ -260,6 +281,7 @@ def test_list_and_info_on_smollm2(smollm2_models):
     expected = {
         "format": "GGUF",
         "architecture": "LlamaForCausalLM (llama)",
+        "family": "llama",
         "parameters": "134.5M (134,515,008)",
         "hidden size": "576",
         "layers": "30",

@@ -15,8 +15,8 @@ from blazr.loaders import Checkpoint, LazyTensor
 from blazr.models import build_model, model_module_name
 from blazr.models.base import record_trace
 from blazr.models.batch import ForwardBatch
+from blazr.models.layers.rope import rope_parameters
 from blazr.models.llama import ModelArgs
-from blazr.models.rope import rope_parameters
 
 BLOCK = 4
 SOURCE = Path("tiny-test.safetensors")

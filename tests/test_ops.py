@@ -11,7 +11,8 @@ from blazr.backends.base import ACTIVATIONS, BINARY_OPS, OPS, SampleParams
 from tests import reference
 from tests.tolerances import assert_close
 
-pytestmark = pytest.mark.isa  # rerun by CI with the kernels compiled for other ISA levels (tools/isa_levels.py)
+# rerun by CI with the kernels compiled for other ISA levels (tools/isa_levels.py)
+pytestmark = pytest.mark.isa
 
 
 def call(backend, op, *args, **kwargs):

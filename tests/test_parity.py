@@ -126,3 +126,21 @@ def test_tiny_model_matches_transformers(name, fmt, dtype, storage, tmp_path):
         f"logits differ by up to {err.max():.2e} (tolerance {LOGIT_ATOL:.0e}), worst at position {pos} "
         f"(prompt length {len(PROMPT_IDS)}); per-position max: {np.round(err.max(axis=1), 5).tolist()}"
     )
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_tiny_model_on_wgpu_gives_the_cpu_greedy_ids(name, tmp_path):
+    """Every family on the WGSL backend (lavapipe in CI), float32: the golden ids the CPU test holds blazr to."""
+    from blazr.backends import get_backend
+    from blazr.loaders import load_checkpoint
+    from blazr.models import build_model
+    from tests.conftest import AVAILABLE_BACKENDS
+
+    if "wgpu" not in AVAILABLE_BACKENDS:
+        pytest.skip("no WebGPU adapter here")
+    golden = load_golden(name, "f32")
+    backend = get_backend("wgpu")
+    model = build_model(load_checkpoint(write_checkpoint(name, "safetensors", "float32", tmp_path)), backend)
+    ids, logits = greedy_run(model, backend, list(PROMPT_IDS), NEW_TOKENS)
+    assert np.array_equal(ids, golden["ids"]), first_difference(ids, golden["ids"], logits, golden["logits"])
+    assert np.abs(logits - golden["logits"]).max() <= LOGIT_ATOL

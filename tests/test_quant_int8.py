@@ -40,7 +40,8 @@ from blazr.quant.cpu_simd import (  # noqa: E402
 )
 from blazr.quant.ggml_blocks import dequantize  # noqa: E402
 
-pytestmark = pytest.mark.isa  # rerun by CI with the kernels compiled for other ISA levels (tools/isa_levels.py)
+# rerun by CI with the kernels compiled for other ISA levels (tools/isa_levels.py)
+pytestmark = pytest.mark.isa
 
 FORMATS = sorted(INT8_DOTS)
 NMSE_MAX = 1e-4  # int8 activations; derived in the module docstring

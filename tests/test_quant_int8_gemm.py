@@ -25,7 +25,8 @@ from blazr.quant.cpu_unpack import UNPACKERS, unpack_row  # noqa: E402
 from blazr.quant.ggml_blocks import dequantize  # noqa: E402
 from tests.test_quant_int8 import NMSE_EXACT, NMSE_MAX, nmse, quantized, random_weight  # noqa: E402
 
-pytestmark = pytest.mark.isa  # rerun by CI with the kernels compiled for other ISA levels (tools/isa_levels.py)
+# rerun by CI with the kernels compiled for other ISA levels (tools/isa_levels.py)
+pytestmark = pytest.mark.isa
 
 needs_int8_gemm = pytest.mark.skipif(
     not AVAILABLE, reason="the int8 GEMM runs only on x86 CPUs with VNNI or AVX2"

@@ -19,7 +19,8 @@ from blazr.errors import CheckpointError
 from blazr.quant import QuantWeight, block_info, stack_rows
 from blazr.quant.ggml_blocks import dequantize
 
-pytestmark = pytest.mark.isa  # rerun by CI with the kernels compiled for other ISA levels (tools/isa_levels.py)
+# rerun by CI with the kernels compiled for other ISA levels (tools/isa_levels.py)
+pytestmark = pytest.mark.isa
 
 # Q4_0 and Q5_0 fold their offset into q * d + m (m = -8d, -16d): +0.0 where the spec's (q - 8) * d gives
 # -0.0 for a negative d, so for them decode equality is by value (-0.0 == 0.0), for every other type by bits.

@@ -20,7 +20,8 @@ from blazr.quant import QuantRowStack, QuantWeight
 from tests.gguf_writer import write_gguf
 from tests.tiny_models import tiny_config, tiny_weights
 
-pytestmark = pytest.mark.isa  # rerun by CI with the kernels compiled for other ISA levels (tools/isa_levels.py)
+# rerun by CI with the kernels compiled for other ISA levels (tools/isa_levels.py)
+pytestmark = pytest.mark.isa
 
 BLOCK = 16
 STEPS = 24

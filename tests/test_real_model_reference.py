@@ -30,7 +30,9 @@ pytestmark = [pytest.mark.registry, pytest.mark.isa]
 
 GOLDEN = Path(__file__).parent / "golden" / "smollm2_q4_1_float.npz"
 F32_LOGIT_ERROR = 1e-3  # |blazr - reference| at the recorded top logits, float32 activations (measured 5e-5)
-F32_TIE = 2 * F32_LOGIT_ERROR  # margins below this may flip under float32 rounding alone (smallest here: 5e-3)
+F32_TIE = (
+    2 * F32_LOGIT_ERROR
+)  # margins below this may flip under float32 rounding alone (smallest here: 5e-3)
 INT8_LOGIT_ERROR = 2.0  # the same with int8 activations (measured up to 1.32)
 INT8_TIE = 0.5  # int8 flipped steps with reference margins 0.005-0.40; none above
 BLOCK = 16
@@ -103,7 +105,9 @@ def greedy_ids(llm, prompt_ids: list[int], n: int) -> list[int]:
     """n greedy ids through the engine and sampler, as generate() runs them (never stopped by EOS)."""
     from blazr.engine.request import SamplingParams
 
-    llm.engine.add_request("reference", prompt_ids, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True))
+    llm.engine.add_request(
+        "reference", prompt_ids, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+    )
     ids: list[int] = []
     while llm.engine.has_unfinished():
         for out in llm.engine.step():

@@ -170,7 +170,7 @@ def test_tiny_f16_checkpoint_without_shader_f16_matches_numpy(be, name, fmt, tmp
     written = be.stats.bytes_written
     model = build_model(ckpt, be)
     written = be.stats.bytes_written - written
-    assert model.embed_tokens.dtype == "f16"
+    assert model.embed_tokens.weight.dtype == "f16"
     as_f32 = device_weight_bytes(ckpt.tensors, "f32", be.weight_formats)
     as_f16 = device_weight_bytes(ckpt.tensors, "f32", be.weight_formats, f16_storage=True)
     assert as_f16 <= written <= as_f16 + 4096  # the weights, then a few small tables (inv_freq)

@@ -154,7 +154,7 @@ def test_smollm2_runs_with_its_weights_packed_on_the_device(smollm2_gguf):
     llm = blazr.load(str(smollm2_gguf), device="wgpu")
     assert llm.generate("The capital of France is", max_tokens=3, temperature=0).startswith(" Paris.")
     model, be = llm.model, llm.model.be
-    parts = [model.embed_tokens, model.lm_head]
+    parts = [model.embed_tokens.weight] + ([] if model.lm_head is None else [model.lm_head.weight])
     for layer in model.layers:
         parts += [
             layer.self_attn.qkv_proj,

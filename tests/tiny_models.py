@@ -1,4 +1,4 @@
-"""Tiny random-weight Llama, Mistral and Qwen2 checkpoints, made from a fixed seed with numpy only.
+"""Tiny random-weight Llama, Mistral, Qwen2 and Qwen3 checkpoints, made from a fixed seed with numpy only.
 
 Used by tests/parity/make_reference.py (which runs them through transformers to make tests/golden/) and by
 tests/test_parity.py (which writes the same weights as SafeTensors or GGUF and runs them through blazr).
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-MODELS = ("llama", "mistral", "qwen2")
+MODELS = ("llama", "mistral", "qwen2", "qwen3")
 STORAGES = ("f32", "f16", "bf16", "gguf_f16")  # how the weights are rounded on disk; GGUF F32 == "f32"
 PROMPT_IDS = (1, 17, 99, 3, 250, 64, 128, 7)
 NEW_TOKENS = 32
@@ -71,9 +71,28 @@ _CONFIGS = {
         sliding_window=32,
         max_window_layers=2,
     ),
+    "qwen3": dict(
+        architectures=["Qwen3ForCausalLM"],
+        model_type="qwen3",
+        rope_theta=1000000.0,
+        tie_word_embeddings=True,
+        head_dim=32,  # wider than hidden_size / heads (16), as in real Qwen3 (128 vs 64)
+        attention_bias=False,
+        use_sliding_window=False,
+        sliding_window=None,
+        max_window_layers=2,
+    ),
 }
 
-_SEEDS = {"llama": 1001, "mistral": 2002, "qwen2": 3004}  # 3003 falls into repeating one token after 9
+# qk-norm fixes each head's |q| and |k| near sqrt(Dh), which flattens attention: a gain of 3 makes it peaked
+# again, as the q/k gain of 2 does for the other models (at 1, every seed tried repeated one token).
+QK_NORM_GAIN = 3.0
+_SEEDS = {
+    "llama": 1001,
+    "mistral": 2002,
+    "qwen2": 3004,
+    "qwen3": 4005,
+}  # 3003 falls into repeating one token after 9
 
 
 def tiny_config(name: str) -> dict:
@@ -103,6 +122,9 @@ def tiny_weights(name: str) -> dict[str, np.ndarray]:
         w[p + "self_attn.q_proj.weight"] = linear(hq, d, 2.0)
         w[p + "self_attn.k_proj.weight"] = linear(hkv, d, 2.0)
         w[p + "self_attn.v_proj.weight"] = linear(hkv, d)
+        if name == "qwen3":  # qk-norm: one RMSNorm weight per head dimension, shared by every head
+            w[p + "self_attn.q_norm.weight"] = QK_NORM_GAIN * norm(dh)
+            w[p + "self_attn.k_norm.weight"] = QK_NORM_GAIN * norm(dh)
         if name == "qwen2":
             for proj, n in (("q_proj", hq), ("k_proj", hkv), ("v_proj", hkv)):
                 w[p + f"self_attn.{proj}.bias"] = (0.3 * rng.standard_normal(n)).astype(np.float32)

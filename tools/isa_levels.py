@@ -26,7 +26,12 @@ import time
 
 LEVELS = ("host", "avx512-novnni", "avx2", "generic")
 VNNI = ("avx512vnni", "avxvnni", "avxvnniint8", "avxvnniint16", "amx-int8")
-NEEDS = {"host": set(), "avx512-novnni": {"avx512f", "avx512bw", "avx512vl"}, "avx2": {"avx2", "fma"}, "generic": set()}
+NEEDS = {
+    "host": set(),
+    "avx512-novnni": {"avx512f", "avx512bw", "avx512vl"},
+    "avx2": {"avx2", "fma"},
+    "generic": set(),
+}
 
 
 def _dropped(level: str, feature: str) -> bool:
@@ -66,13 +71,19 @@ def describe(level: str, env: dict[str, str] | None) -> str:
     if not env:
         return f"{level}: numba's own choice for this CPU"
     off = sorted(name for name, enabled in host_features().items() if enabled and _dropped(level, name))
-    return f"{level}: NUMBA_CPU_NAME={env.get('NUMBA_CPU_NAME', 'host')}" + (f", off: {' '.join(off)}" if off else "")
+    return f"{level}: NUMBA_CPU_NAME={env.get('NUMBA_CPU_NAME', 'host')}" + (
+        f", off: {' '.join(off)}" if off else ""
+    )
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("action", choices=["list", "run"])
-    parser.add_argument("--levels", default=",".join(LEVELS), help="comma-separated, from: " + ", ".join(LEVELS))
+    parser.add_argument(
+        "--levels", default=",".join(LEVELS), help="comma-separated, from: " + ", ".join(LEVELS)
+    )
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)
     args, command = parser.parse_args(argv[:split]), argv[split + 1 :]

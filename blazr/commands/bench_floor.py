@@ -18,9 +18,8 @@ def weight_bytes(model: Any) -> int:
     """Bytes of every weight array the model holds, packed weights at their packed size, each counted once;
     an untied embedding table is left out (a token reads one of its rows)."""
     seen: set[int] = set()
-    skip = getattr(model, "embed_tokens", None)
-    if skip is not None and skip is getattr(model, "lm_head", None):
-        skip = None
+    embed, head = getattr(model, "embed_tokens", None), getattr(model, "lm_head", None)
+    skip = embed if head is not None and head is not embed else None  # a tied table is the LM head too
     return _walk(model, seen, skip, depth=0)
 
 

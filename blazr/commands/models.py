@@ -55,6 +55,7 @@ def info_rows(ckpt: Any) -> list[tuple[str, str]]:
     if name:
         rows.append(("name", str(name)))
     rows.append(("architecture", f"{architecture_name(config)} ({config.get('model_type', '?')})"))
+    rows.append(("family", family_of(config)))
     rows.append(("parameters", f"{_short_count(n_params)} ({n_params:,})"))
     rows += [(label, str(config[key])) for label, key in CONFIG_ROWS if config.get(key) is not None]
     rows.append(("quantization", quant_summary(ckpt)))
@@ -63,6 +64,17 @@ def info_rows(ckpt: Any) -> list[tuple[str, str]]:
     if license_text:
         rows.append(("license", license_text))
     return rows
+
+
+def family_of(config: dict[str, Any]) -> str:
+    """The blazr.models family that runs the config, or why none does (with the supported ones)."""
+    from blazr.errors import UnsupportedError
+    from blazr.models import model_module_name
+
+    try:
+        return model_module_name(config)
+    except UnsupportedError as e:
+        return f"none: {e}"
 
 
 def quant_summary(ckpt: Any) -> str:

@@ -1,20 +1,18 @@
-"""Format and architecture detection: which weight file a path means, which reader opens it, and which model
-module runs the architecture it declares."""
+"""Format detection: which weight file a path means, which reader opens it, and the model_type a config
+declares (inferred from its architecture name when missing). Which family module runs it is the model
+registry's job (blazr.models)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from blazr.errors import CheckpointError, ModelNotFoundError, UnsupportedError
+from blazr.errors import CheckpointError, ModelNotFoundError
 from blazr.loaders import Checkpoint
 
 # Directory lookup order (features.md §1.6 item 8): single-file SafeTensors, then a sharded index, then GGUF
 SINGLE_SAFETENSORS = ("model.safetensors", "pytorch_model.safetensors")
 SHARD_INDEXES = ("model.safetensors.index.json", "pytorch_model.safetensors.index.json")
-
-# HF model_type -> blazr model module (the remap of design.md §11.1: variants share one file)
-MODEL_MODULES = {"llama": "llama", "mistral": "llama", "qwen2": "llama"}
 
 # architectures[0] substrings -> model_type when config.json has none; order matters (qwen2moe before qwen)
 ARCHITECTURE_HINTS = (
@@ -97,15 +95,3 @@ def model_type_of(config: dict[str, Any]) -> str:
     architectures = config.get("architectures") or [""]
     name = str(architectures[0]).lower()
     return next((model_type for hint, model_type in ARCHITECTURE_HINTS if hint in name), "llama")
-
-
-def detect_architecture(config: dict[str, Any]) -> str:
-    """The blazr model module that runs this config (e.g. "llama" for llama, mistral and qwen2)."""
-    model_type = model_type_of(config)
-    if model_type not in MODEL_MODULES:
-        arch = (config.get("architectures") or ["?"])[0]
-        raise UnsupportedError(
-            f"architecture {arch} (model_type {model_type!r}) is not supported yet; "
-            f"supported model types: {', '.join(sorted(MODEL_MODULES))}"
-        )
-    return MODEL_MODULES[model_type]

@@ -24,7 +24,8 @@ from blazr.loaders.safetensors import bf16_to_f32
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 
-# GGUF -> HF tensor names. {N} is the block index, {E} the expert index; ".weight"/".bias" carry over.
+# GGUF -> HF tensor names every decoder shares. {N} is the block index, {E} an expert index; ".weight"/".bias"
+# carry over. A family's own names (Gemma 2's post-norms, MoE experts, ...) are in its GGUF_TENSOR_NAMES.
 GGUF_TO_HF: dict[str, str] = {
     "token_embd": "model.embed_tokens",
     "output_norm": "model.norm",
@@ -38,60 +39,21 @@ GGUF_TO_HF: dict[str, str] = {
     "blk.{N}.ffn_gate": "model.layers.{N}.mlp.gate_proj",
     "blk.{N}.ffn_up": "model.layers.{N}.mlp.up_proj",
     "blk.{N}.ffn_down": "model.layers.{N}.mlp.down_proj",
-    # MLA attention (DeepSeek-V2/V3)
-    "blk.{N}.attn_q_a": "model.layers.{N}.self_attn.q_a_proj",
-    "blk.{N}.attn_q_a_norm": "model.layers.{N}.self_attn.q_a_layernorm",
-    "blk.{N}.attn_q_b": "model.layers.{N}.self_attn.q_b_proj",
-    "blk.{N}.attn_kv_a": "model.layers.{N}.self_attn.kv_a_proj_with_mqa",
-    "blk.{N}.attn_kv_a_mqa": "model.layers.{N}.self_attn.kv_a_proj_with_mqa",
-    "blk.{N}.attn_kv_a_norm": "model.layers.{N}.self_attn.kv_a_layernorm",
-    "blk.{N}.attn_kv_b": "model.layers.{N}.self_attn.kv_b_proj",
-    # MoE: router, per-expert and shared-expert projections
-    "blk.{N}.ffn_gate_inp": "model.layers.{N}.block_sparse_moe.gate",
-    "blk.{N}.ffn_gate.{E}": "model.layers.{N}.moe.experts.{E}.gate_proj",
-    "blk.{N}.ffn_up.{E}": "model.layers.{N}.moe.experts.{E}.up_proj",
-    "blk.{N}.ffn_down.{E}": "model.layers.{N}.moe.experts.{E}.down_proj",
-    "blk.{N}.ffn_gate_shexp": "model.layers.{N}.moe.shared_expert.gate_proj",
-    "blk.{N}.ffn_up_shexp": "model.layers.{N}.moe.shared_expert.up_proj",
-    "blk.{N}.ffn_down_shexp": "model.layers.{N}.moe.shared_expert.down_proj",
-    # Mamba2 mixer; note llama.cpp stores ssm_a as -exp(A_log), the model's sanitize must undo it
-    "blk.{N}.ssm_in": "model.layers.{N}.mixer.in_proj",
-    "blk.{N}.ssm_out": "model.layers.{N}.mixer.out_proj",
-    "blk.{N}.ssm_conv1d": "model.layers.{N}.mixer.conv1d",
-    "blk.{N}.ssm_a": "model.layers.{N}.mixer.A_log",
-    "blk.{N}.ssm_dt.bias": "model.layers.{N}.mixer.dt_bias",
-    "blk.{N}.ssm_d": "model.layers.{N}.mixer.D",
-    "blk.{N}.ssm_norm": "model.layers.{N}.mixer.norm",
-    # mmproj vision tower and projector
-    "v.enc.blk.{N}.attn_q": "vision_model.encoder.layers.{N}.q_proj",
-    "v.enc.blk.{N}.attn_k": "vision_model.encoder.layers.{N}.k_proj",
-    "v.enc.blk.{N}.attn_v": "vision_model.encoder.layers.{N}.v_proj",
-    "v.enc.blk.{N}.attn_out": "vision_model.encoder.layers.{N}.out_proj",
-    "v.enc.blk.{N}.ffn_down": "vision_model.encoder.layers.{N}.fc1",
-    "v.enc.blk.{N}.ffn_up": "vision_model.encoder.layers.{N}.fc2",
-    "v.patch_embd": "vision_model.embeddings.patch_embedding",
-    "v.position_embd": "vision_model.embeddings.position_embedding",
-    "v.class_embd": "vision_model.embeddings.class_embedding",
-    "v.pre_ln": "vision_model.pre_layrnorm",
-    "v.post_ln": "vision_model.post_layernorm",
-    "mm.0": "vision_model.projector.linear1",
-    "mm.2": "vision_model.projector.linear2",
 }
-# Architectures whose converter permuted Q/K rows for llama.cpp's interleaved RoPE (LlamaModel.permute)
-QK_PERMUTED_ARCHS = {"llama", "mistral"}
 
 _BLOCK_RE = re.compile(r"^(blk|v\.enc\.blk)\.(\d+)\.")
 _EXPERT_RE = re.compile(r"^(blk\.\{N\}\.ffn_(?:gate|up|down))\.(\d+)$")
 _SUFFIXES = (".weight", ".bias")
 
 
-def hf_name(gguf_name: str) -> str:
-    """The HF name for a GGUF tensor name; names missing from GGUF_TO_HF are returned unchanged."""
+def hf_name(gguf_name: str, table: dict[str, str] = GGUF_TO_HF) -> str:
+    """The HF name for a GGUF tensor name by `table` (default GGUF_TO_HF); names missing from it are returned
+    unchanged, for the model's strict load to report."""
     block = _BLOCK_RE.match(gguf_name)
     key = _BLOCK_RE.sub(r"\1.{N}.", gguf_name) if block else gguf_name
     fields = {"N": block.group(2)} if block else {}
-    if key in GGUF_TO_HF:  # names whose suffix is part of the mapping (ssm_dt.bias) or that have none
-        return GGUF_TO_HF[key].format(**fields)
+    if key in table:  # names whose suffix is part of the mapping (ssm_dt.bias) or that have none
+        return table[key].format(**fields)
     base, suffix = key, ""
     for s in _SUFFIXES:
         if key.endswith(s):
@@ -99,30 +61,33 @@ def hf_name(gguf_name: str) -> str:
     expert = _EXPERT_RE.match(base)
     if expert:
         base, fields["E"] = expert.group(1) + ".{E}", expert.group(2)
-    if base not in GGUF_TO_HF:
+    if base not in table:
         return gguf_name
-    return GGUF_TO_HF[base].format(**fields) + suffix
+    return table[base].format(**fields) + suffix
 
 
-# general.architecture -> (HF model_type, HF architectures[0]); only the llama family is translated so far
-GGUF_ARCHS = {
-    "llama": ("llama", "LlamaForCausalLM"),
-    "llama2": ("llama", "LlamaForCausalLM"),
-    "llama3": ("llama", "LlamaForCausalLM"),
-    "mistral": ("mistral", "MistralForCausalLM"),
-    "qwen2": ("qwen2", "Qwen2ForCausalLM"),
-}
 _REQUIRED = object()
 
 
-def gguf_to_hf_config(meta: dict[str, Any], shapes: dict[str, tuple[int, ...]], path: Path) -> dict[str, Any]:
-    """Translate GGUF metadata into a Hugging Face config.json dict (the keys llama-family models read)."""
+def _family(meta: dict[str, Any], path: Path):
+    """The blazr.models family module that runs this file's general.architecture."""
+    from blazr.models import GGUF_ARCHITECTURES, gguf_family
+
     arch = meta.get("general.architecture", "llama")
-    if arch not in GGUF_ARCHS:
+    family = gguf_family(arch)
+    if family is None:
         raise UnsupportedError(
             f"{path}: GGUF architecture {arch!r} is not supported yet "
-            f"(supported: {', '.join(sorted(GGUF_ARCHS))})"
+            f"(supported: {', '.join(sorted(GGUF_ARCHITECTURES))})"
         )
+    return family
+
+
+def gguf_to_hf_config(meta: dict[str, Any], shapes: dict[str, tuple[int, ...]], path: Path) -> dict[str, Any]:
+    """Translate GGUF metadata into a Hugging Face config.json dict: the keys every decoder has here, the
+    family's own through its gguf_config hook."""
+    arch = meta.get("general.architecture", "llama")
+    family = _family(meta, path)
 
     def get(key: str, default: Any = _REQUIRED) -> Any:
         value = meta.get(f"{arch}.{key}", default)
@@ -131,10 +96,7 @@ def gguf_to_hf_config(meta: dict[str, Any], shapes: dict[str, tuple[int, ...]], 
         return value
 
     hidden, heads = int(get("embedding_length")), int(get("attention.head_count"))
-    model_type, hf_arch = GGUF_ARCHS[arch]
     config = {
-        "model_type": model_type,
-        "architectures": [hf_arch],
         "gguf_architecture": arch,
         "hidden_size": hidden,
         "intermediate_size": int(get("feed_forward_length")),
@@ -150,10 +112,7 @@ def gguf_to_hf_config(meta: dict[str, Any], shapes: dict[str, tuple[int, ...]], 
         "attention_bias": "blk.0.attn_q.bias" in shapes,
     }
     config.update(_optional_config(meta, arch))
-    if arch == "llama" and config.get("sliding_window"):
-        # llama.cpp converts Mistral as "llama"; HF Llama ignores sliding_window, Mistral applies it.
-        config["model_type"], config["architectures"] = "mistral", ["MistralForCausalLM"]
-    return config
+    return family.gguf_config(arch, get, config)
 
 
 def _vocab_size(meta: dict[str, Any], arch: str, shapes: dict[str, tuple[int, ...]], path: Path) -> int:
@@ -353,13 +312,15 @@ def open_gguf(path: Path, user_path: Path | None = None) -> Checkpoint:
     if "rope_freqs.weight" in shapes:  # llama3-style RoPE: per-frequency divisors, carried in the config
         config["rope_scaling"] = _rope_freq_factors(gf)
     arch = gf.metadata.get("general.architecture", "llama")
+    family = _family(gf.metadata, path)
+    names = GGUF_TO_HF | family.GGUF_TENSOR_NAMES
     heads = {"q_proj": config["num_attention_heads"], "k_proj": config["num_key_value_heads"]}
     tensors = {}
     for info in gf.tensors:
         if info.name == "rope_freqs.weight":
             continue
-        name = hf_name(info.name)
-        n_head = _permuted_heads(name, heads) if arch in QK_PERMUTED_ARCHS else None
+        name = hf_name(info.name, names)
+        n_head = _permuted_heads(name, heads) if arch in family.GGUF_QK_PERMUTED else None
         tensors[name] = _lazy_tensor(gf, info, name, n_head)
     return Checkpoint(
         path=user_path or path,

@@ -1,49 +1,71 @@
-"""Model registry: HF architecture names -> model modules (imported lazily), and `build_model`.
+"""The one model registry: HF `architectures[0]`, HF `model_type` and GGUF `general.architecture` -> the family
+module under blazr.models that runs it (imported lazily), and `build_model`.
 
-ARCHITECTURES is keyed by HF `architectures[0]`; REMAP covers configs without one (HF `model_type` or GGUF
-`general.architecture`). Values are module names under blazr.models.
+A family module exports ModelArgs and Model, and for GGUF files `gguf_config(arch, get, config)` (its hparam
+translation), GGUF_TENSOR_NAMES (its overrides of loaders.gguf.GGUF_TO_HF) and GGUF_QK_PERMUTED (the
+architectures whose q/k rows llama.cpp's converter permuted).
 """
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from blazr.errors import ConfigError, UnsupportedError
 
-ARCHITECTURES: dict[str, str] = {
-    "LlamaForCausalLM": "llama",
-    "MistralForCausalLM": "llama",
-    "Qwen2ForCausalLM": "llama",
-}
 
-REMAP: dict[str, str] = {
-    "llama": "llama",
-    "llama2": "llama",
-    "llama3": "llama",
-    "mistral": "llama",
-    "qwen2": "llama",
-}
+@dataclass(frozen=True)
+class Family:
+    module: str  # blazr.models.<module>
+    architectures: tuple[str, ...]  # HF config architectures[0]
+    model_types: tuple[str, ...]  # HF config model_type (read when a config names no architecture)
+    gguf: tuple[str, ...]  # GGUF general.architecture
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family(
+        "llama",
+        ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"),
+        ("llama", "mistral", "qwen2"),
+        ("llama", "llama2", "llama3", "mistral", "qwen2"),
+    ),
+    Family("qwen3", ("Qwen3ForCausalLM",), ("qwen3",), ("qwen3",)),
+)
+
+ARCHITECTURES = {name: f.module for f in FAMILIES for name in f.architectures}
+MODEL_TYPES = {name: f.module for f in FAMILIES for name in f.model_types}
+GGUF_ARCHITECTURES = {name: f.module for f in FAMILIES for name in f.gguf}
 
 COMPUTE_DTYPES = ("f32", "f16", "bf16", "q8")
+
+
+def supported() -> str:
+    """The supported families, for error messages: 'llama (LlamaForCausalLM, ...), ...'."""
+    return "; ".join(f"{f.module} ({', '.join(f.architectures)})" for f in FAMILIES)
 
 
 def model_module_name(config: dict[str, Any], gguf_metadata: dict[str, Any] | None = None) -> str:
     """The blazr.models module for a config: by architectures[0], else by model_type / GGUF architecture."""
     architectures = config.get("architectures") or []
     if architectures:
-        if architectures[0] in ARCHITECTURES:
-            return ARCHITECTURES[architectures[0]]
         name = architectures[0]
+        found = ARCHITECTURES.get(name)
     else:
         name = config.get("model_type") or (gguf_metadata or {}).get("general.architecture") or ""
-        if name in REMAP:
-            return REMAP[name]
-    raise UnsupportedError(
-        f"model architecture {name or '(none given)'!r} is not supported; supported: "
-        f"{', '.join(sorted(ARCHITECTURES))} (model_type {', '.join(sorted(REMAP))})"
-    )
+        found = MODEL_TYPES.get(name) or GGUF_ARCHITECTURES.get(name)
+    if found is None:
+        raise UnsupportedError(
+            f"model architecture {name or '(none given)'!r} is not supported; supported: {supported()}"
+        )
+    return found
+
+
+def gguf_family(arch: str) -> ModuleType | None:
+    """The family module for a GGUF general.architecture, or None when no family runs it."""
+    module = GGUF_ARCHITECTURES.get(arch)
+    return None if module is None else importlib.import_module(f"blazr.models.{module}")
 
 
 def get_model_module(config: dict[str, Any], gguf_metadata: dict[str, Any] | None = None) -> ModuleType:

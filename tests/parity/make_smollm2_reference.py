@@ -52,8 +52,12 @@ def reference(model, tokenizer, prompt: str) -> dict[str, np.ndarray]:
     margins = top_logits[:, 0] - top_logits[:, 1]
     print(f"{prompt!r}: {tokenizer.decode(new)!r}")
     print(f"    margins {np.round(margins, 3).tolist()}")
-    return {"prompt_ids": np.asarray(prompt_ids, dtype=np.int32), "ids": new, "top_ids": top_ids,
-            "top_logits": top_logits}
+    return {
+        "prompt_ids": np.asarray(prompt_ids, dtype=np.int32),
+        "ids": new,
+        "top_ids": top_ids,
+        "top_logits": top_logits,
+    }
 
 
 def main() -> None:

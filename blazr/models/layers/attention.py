@@ -1,0 +1,108 @@
+"""Self-attention over the paged KV cache, with the options decoder families differ in."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from blazr.errors import UnsupportedError
+from blazr.models.base import Array, Step, trace
+from blazr.models.layers.module import Module, Weight, fused, weight
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """Sizes and options of one attention layer (the same for most layers of a model)."""
+
+    hidden: int  # D
+    heads: int  # H query heads
+    kv_heads: int  # Hkv: H // Hkv query heads share each KV head (GQA; 1 is multi-query)
+    head_dim: int  # Dh
+    qkv_bias: bool = False
+    o_bias: bool = False
+    rot_dim: int | None = None  # rotate only the first rot_dim features of a head (partial rotary)
+    rope_style: str = "neox"  # "neox" (HF halves) or "interleaved" (GPT-J pairs)
+    scale: float | None = None  # q.k scale; default 1 / sqrt(Dh)
+    softcap: float = 0.0  # softcap * tanh(score / softcap) before the softmax (Gemma 2)
+    qk_norm_eps: float | None = None  # an RMSNorm over each q and k head before RoPE (Qwen3, Gemma 3)
+
+
+class Attention(Module):
+    """q/k/v projections as one (Nq + 2 Nkv, D) matrix (the checkpoint's q_proj, k_proj, v_proj rows), RoPE on
+    q and k, a write to the layer's cache, attention over the context, and the output projection."""
+
+    def __init__(
+        self,
+        backend,
+        shape: AttentionShape,
+        layer: int,
+        inv_freq: Array,
+        window: int = 0,
+        attention_scaling: float = 1.0,
+    ):
+        self.be, self.s, self.layer, self.inv_freq, self.window = backend, shape, layer, inv_freq, window
+        rotates_all = shape.rot_dim is None or shape.rot_dim >= shape.head_dim
+        self.rot_dim = None if rotates_all else shape.rot_dim
+        if attention_scaling != 1.0 and not rotates_all:
+            raise UnsupportedError(
+                "rope_scaling with an attention factor on partial-rotary heads is not supported"
+            )
+        # transformers scales cos and sin, so q.k of a fully rotated head grows by attention_scaling ** 2
+        base = shape.scale if shape.scale is not None else 1 / math.sqrt(shape.head_dim)
+        self.scale = attention_scaling**2 * base
+        self.qkv_proj = self.qkv_bias = self.o_proj = self.o_bias = None
+        self.q_norm = self.k_norm = None  # (Dh,) each, with qk_norm_eps
+
+    def declare(self) -> Iterator[Weight]:
+        s = self.s
+        rows = {
+            "q_proj": s.heads * s.head_dim,
+            "k_proj": s.kv_heads * s.head_dim,
+            "v_proj": s.kv_heads * s.head_dim,
+        }
+        yield fused("qkv_proj", [(f"{p}.weight", (n, s.hidden)) for p, n in rows.items()])  # (Nq + 2 Nkv, D)
+        if s.qkv_bias:
+            yield fused("qkv_bias", [(f"{p}.bias", (n,)) for p, n in rows.items()])  # (Nq + 2 Nkv,)
+        yield weight("o_proj", "o_proj.weight", (s.hidden, s.heads * s.head_dim))  # (D, Nq)
+        if s.o_bias:
+            yield weight("o_bias", "o_proj.bias", (s.hidden,))
+        if s.qk_norm_eps is not None:
+            yield weight("q_norm", "q_norm.weight", (s.head_dim,))
+            yield weight("k_norm", "k_norm.weight", (s.head_dim,))
+
+    def __call__(self, x: Array, step: Step, k_cache: Array, v_cache: Array) -> Array:
+        be, i, s = self.be, self.layer, self.s
+        h, hkv = s.heads, s.kv_heads
+        qkv = be.matmul(x, self.qkv_proj)  # (T, Nq + 2 Nkv)
+        if self.qkv_bias is not None:
+            qkv = be.binary("add", qkv, self.qkv_bias)
+        qkv = qkv.reshape(step.num_tokens, h + 2 * hkv, s.head_dim)  # (T, H + 2 Hkv, Dh)
+        trace("qkv", i, qkv)
+        if self.q_norm is None:
+            # q and k heads are adjacent, so one rope call rotates both: (T, H + Hkv, Dh)
+            qk = be.rope(qkv[:, : h + hkv], step.positions, self.inv_freq, s.rope_style, self.rot_dim)
+            q, k = qk[:, :h], qk[:, h:]  # (T, H, Dh), (T, Hkv, Dh)
+            trace("qk_rope", i, qk)
+        else:
+            q = self._rope(self._head_norm(qkv[:, :h], self.q_norm, step), step)  # (T, H, Dh)
+            k = self._rope(self._head_norm(qkv[:, h : h + hkv], self.k_norm, step), step)  # (T, Hkv, Dh)
+            trace("q_rope", i, q)
+            trace("k_rope", i, k)
+        v = qkv[:, h + hkv :]  # (T, Hkv, Dh)
+        be.kv_write(k_cache, v_cache, k, v, step.slots)
+        paged = (step.block_tables, step.ctx_lens, step.q_lens, step.block_size)
+        o = be.attention(q, k_cache, v_cache, *paged, self.scale, self.window, s.softcap)  # (T, H, Dh)
+        trace("attn", i, o)
+        out = be.matmul(o.reshape(step.num_tokens, h * s.head_dim), self.o_proj)  # (T, D)
+        return out if self.o_bias is None else be.binary("add", out, self.o_bias)
+
+    def _head_norm(self, x: Array, w: Array, step: Step) -> Array:
+        """RMSNorm over each head's Dh features: x (T, n, Dh) -> (T, n, Dh)."""
+        n, dh = x.shape[1], self.s.head_dim
+        return self.be.rms_norm(x.reshape(step.num_tokens * n, dh), w, self.s.qk_norm_eps).reshape(
+            step.num_tokens, n, dh
+        )
+
+    def _rope(self, x: Array, step: Step) -> Array:
+        return self.be.rope(x, step.positions, self.inv_freq, self.s.rope_style, self.rot_dim)
