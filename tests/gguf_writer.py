@@ -16,7 +16,14 @@ import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 # HF model_type -> the general.architecture llama.cpp writes (it converts Mistral checkpoints as llama)
-GGUF_ARCH_FOR = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
+GGUF_ARCH_FOR = {
+    "llama": "llama",
+    "mistral": "llama",
+    "qwen2": "qwen2",
+    "qwen3": "qwen3",
+    "gemma3_text": "gemma3",
+}
+NORM_SHIFTED_ARCHS = ("gemma3",)  # the converter stores Gemma's RMSNorm weights as 1 + w
 PERMUTED_ARCHS = ("llama", "mistral")
 
 
@@ -135,6 +142,8 @@ def _gguf_tensors(tensors: dict[str, np.ndarray], config: dict[str, Any], arch: 
             data = permute_qk(data, heads)
         elif arch in PERMUTED_ARCHS and ".self_attn.k_proj." in hf_name:
             data = permute_qk(data, kv_heads)
+        if arch in NORM_SHIFTED_ARCHS and hf_name.endswith("norm.weight"):
+            data = data + np.float32(1.0)
         type_name = _quant_type(hf_name, data, quantize) or dtype
         yield (gguf_name, *_encode(np.ascontiguousarray(data), type_name))
     if (config.get("rope_scaling") or {}).get("rope_type") == "llama3":

@@ -1,4 +1,4 @@
-"""Tiny random-weight Llama, Mistral, Qwen2 and Qwen3 checkpoints, made from a fixed seed with numpy only.
+"""Tiny random-weight Llama, Mistral, Qwen2, Qwen3 and Gemma 3 checkpoints, made from a fixed seed with numpy only.
 
 Used by tests/parity/make_reference.py (which runs them through transformers to make tests/golden/) and by
 tests/test_parity.py (which writes the same weights as SafeTensors or GGUF and runs them through blazr).
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-MODELS = ("llama", "mistral", "qwen2", "qwen3")
+MODELS = ("llama", "mistral", "qwen2", "qwen3", "gemma3")
 STORAGES = ("f32", "f16", "bf16", "gguf_f16")  # how the weights are rounded on disk; GGUF F32 == "f32"
 PROMPT_IDS = (1, 17, 99, 3, 250, 64, 128, 7)
 NEW_TOKENS = 32
@@ -82,6 +82,24 @@ _CONFIGS = {
         sliding_window=None,
         max_window_layers=2,
     ),
+    "gemma3": dict(
+        architectures=["Gemma3ForCausalLM"],
+        model_type="gemma3_text",
+        hidden_act="gelu_pytorch_tanh",
+        hidden_activation="gelu_pytorch_tanh",
+        # six layers: five sliding-window (local, RoPE base 10k) and one global (base 1M), Gemma 3's 5:1; the
+        # pattern and the local base are llama.cpp's defaults, which its GGUF converter does not write
+        num_hidden_layers=6,
+        sliding_window_pattern=6,
+        sliding_window=16,
+        rope_theta=1000000.0,
+        rope_local_base_freq=10000.0,
+        query_pre_attn_scalar=16,  # = head_dim, as llama.cpp assumes for every size but 27B
+        tie_word_embeddings=True,
+        attention_bias=False,
+        final_logit_softcapping=None,
+        attn_logit_softcapping=None,
+    ),
 }
 
 # qk-norm fixes each head's |q| and |k| near sqrt(Dh), which flattens attention: a gain of 3 makes it peaked
@@ -92,6 +110,7 @@ _SEEDS = {
     "mistral": 2002,
     "qwen2": 3004,
     "qwen3": 4005,
+    "gemma3": 5006,
 }  # 3003 falls into repeating one token after 9
 
 
@@ -122,7 +141,7 @@ def tiny_weights(name: str) -> dict[str, np.ndarray]:
         w[p + "self_attn.q_proj.weight"] = linear(hq, d, 2.0)
         w[p + "self_attn.k_proj.weight"] = linear(hkv, d, 2.0)
         w[p + "self_attn.v_proj.weight"] = linear(hkv, d)
-        if name == "qwen3":  # qk-norm: one RMSNorm weight per head dimension, shared by every head
+        if name in ("qwen3", "gemma3"):  # qk-norm: one RMSNorm weight per head dimension, for every head
             w[p + "self_attn.q_norm.weight"] = QK_NORM_GAIN * norm(dh)
             w[p + "self_attn.k_norm.weight"] = QK_NORM_GAIN * norm(dh)
         if name == "qwen2":
@@ -132,12 +151,23 @@ def tiny_weights(name: str) -> dict[str, np.ndarray]:
         # which otherwise makes a tied-embedding model repeat its input.
         w[p + "self_attn.o_proj.weight"] = linear(d, hq, 2.0)
         w[p + "post_attention_layernorm.weight"] = norm(d)
+        if name == "gemma3":  # sandwich norms around the MLP too
+            w[p + "pre_feedforward_layernorm.weight"] = norm(d)
+            w[p + "post_feedforward_layernorm.weight"] = norm(d)
         w[p + "mlp.gate_proj.weight"] = linear(f, d)
         w[p + "mlp.up_proj.weight"] = linear(f, d)
         w[p + "mlp.down_proj.weight"] = linear(d, f, 2.0)
     w["model.norm.weight"] = norm(d)
     if not cfg["tie_word_embeddings"]:
         w["lm_head.weight"] = linear(v, d, 4.0)
+    if name == "gemma3":
+        # Gemma multiplies the embeddings by sqrt(D) and ties them to the head: a table sqrt(D) smaller keeps
+        # the residual stream at the other models' scale, and a final norm sqrt(D) larger their logits
+        root = np.float32(np.sqrt(d))
+        w["model.embed_tokens.weight"] = w["model.embed_tokens.weight"] / root
+        w["model.norm.weight"] = w["model.norm.weight"] * root
+        # its RMSNorm scales by 1 + w: store w so that the scales are the ones drawn above
+        w = {k: a - np.float32(1.0) if k.endswith("norm.weight") else a for k, a in w.items()}
     return w
 
 

@@ -32,6 +32,7 @@ FAMILIES: tuple[Family, ...] = (
         ("llama", "llama2", "llama3", "mistral", "qwen2"),
     ),
     Family("qwen3", ("Qwen3ForCausalLM",), ("qwen3",), ("qwen3",)),
+    Family("gemma3", ("Gemma3ForCausalLM",), ("gemma3_text",), ("gemma3",)),
 )
 
 ARCHITECTURES = {name: f.module for f in FAMILIES for name in f.architectures}

@@ -2,7 +2,8 @@
 
 A family file subclasses DecoderLM and says only what differs: its ModelArgs, the block of each layer
 (`make_block`), and checkpoint quirks (`sanitize`). Blocks are choices, not flags: PreNormBlock (Llama and
-most families) here; parallel-residual and sandwich-norm blocks sit next to it as families need them.
+most families) and SandwichBlock (Gemma 2/3: norms before and after attention and MLP); a parallel-residual
+block sits next to them when a family needs it.
 """
 
 from __future__ import annotations
@@ -47,6 +48,41 @@ class PreNormBlock(Module):
         return x
 
 
+class SandwichBlock(Module):
+    """x + post_norm(attn(norm(x))), then x + post_norm(mlp(pre_norm(x))): Gemma 2 and 3."""
+
+    def __init__(self, layer: int, attn: Module, mlp: Module, norm):
+        self.layer, self.self_attn, self.mlp = layer, attn, mlp
+        self.input_layernorm, self.post_attention_layernorm = norm(), norm()
+        self.pre_feedforward_layernorm, self.post_feedforward_layernorm = norm(), norm()
+
+    def children(self) -> dict[str, Module]:
+        return {
+            "input_layernorm.": self.input_layernorm,
+            "self_attn.": self.self_attn,
+            "post_attention_layernorm.": self.post_attention_layernorm,
+            "pre_feedforward_layernorm.": self.pre_feedforward_layernorm,
+            "mlp.": self.mlp,
+            "post_feedforward_layernorm.": self.post_feedforward_layernorm,
+        }
+
+    def __call__(self, x: Array, step: Step, k_cache: Array, v_cache: Array) -> Array:
+        be, i = self.self_attn.be, self.layer
+        h = self.input_layernorm(x)  # (T, D)
+        trace("attn_norm", i, h)
+        h = self.post_attention_layernorm(self.self_attn(h, step, k_cache, v_cache))  # (T, D)
+        trace("attn_post_norm", i, h)
+        x = be.binary("add", x, h)  # (T, D)
+        trace("ffn_inp", i, x)
+        h = self.pre_feedforward_layernorm(x)  # (T, D)
+        trace("ffn_norm", i, h)
+        h = self.post_feedforward_layernorm(self.mlp(h))  # (T, D)
+        trace("ffn_post_norm", i, h)
+        x = be.binary("add", x, h)  # (T, D)
+        trace("l_out", i, x)
+        return x
+
+
 class Embedding(Module):
     def __init__(self, backend, vocab: int, dim: int):
         self.be, self.vocab, self.dim = backend, vocab, dim
@@ -63,6 +99,8 @@ class DecoderLM(Module):
     num_key_value_heads, head_dim, rms_norm_eps, tie_word_embeddings) and implement make_block / make_norm."""
 
     OPS: tuple[str, ...] = ("embed", "matmul", "rms_norm", "rope", "kv_write", "attention", "glu", "binary")
+
+    embed_scale: Array | None = None  # (D,) multiplies the embeddings (Gemma: sqrt(D)); set by a family
 
     def __init__(self, args, backend, dtype: str | None = None):
         self.args, self.be, self.dtype = args, backend, dtype or "f32"
@@ -139,6 +177,8 @@ class DecoderLM(Module):
     def _forward(self, batch: ForwardBatch, cache: KVCache) -> tuple[Array, Array | None]:
         step, rows = upload_batch(self.be, batch)
         x = self.be.embed(self.embed_tokens.weight, self.be.upload(batch.token_ids))  # (T, D)
+        if self.embed_scale is not None:
+            x = self.be.binary("mul", x, self.embed_scale)  # (T, D)
         trace("embed", -1, x)
         for layer, (k_cache, v_cache) in zip(self.layers, cache, strict=True):
             x = layer(x, step, k_cache, v_cache)
