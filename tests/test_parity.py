@@ -1,7 +1,7 @@
-"""Parity with transformers on tiny random-weight Llama, Mistral and Qwen2 checkpoints (design.md §11.11).
+"""Parity with transformers on tiny random-weight checkpoints of every family (design.md §11.11).
 
 Each model is written here as SafeTensors F32/F16/BF16 and as GGUF F32/F16, loaded through blazr on the CPU
-backend and run greedily for 32 tokens. The ids and logits transformers produced from the same stored weights
+backend and run greedily for 64 tokens. The ids and logits transformers produced from the same stored weights
 are committed in tests/golden/ (made by tests/parity/make_reference.py), so this test needs numpy only.
 """
 
@@ -26,10 +26,14 @@ pytestmark = pytest.mark.parity
 
 GOLDEN = Path(__file__).parent / "golden"
 
-# Two correct float32 runs differ by <= 7e-5 here (transformers cached vs uncached, and blazr vs transformers;
-# logits have std ~4). A wrong weight rounding moves logits by >= 2.7e-2 (F16 vs GGUF-F16 norms) and the
-# smallest greedy margin is 5e-2. So 1e-3 sits 14x above the noise and 27x below the smallest real difference.
+# Two correct float32 runs differ by <= 7e-5 for the Llama family and 1.3e-4 for Qwen3 (transformers cached vs
+# uncached, and blazr vs transformers; logits have std ~4). A wrong weight rounding moves logits by >= 2.7e-2
+# (F16 vs GGUF-F16 norms) and the smallest greedy margin over 64 tokens is 4.7e-3. So 1e-3 sits 8x above the
+# noise. Gemma 3's six sandwich-norm layers with peaked qk-normed attention amplify float32 rounding:
+# transformers' own cached and uncached runs of it differ by 1.0e-3 and blazr's by up to 8.7e-4, so it gets
+# 3e-3 (its smallest margin is 2.7e-2).
 LOGIT_ATOL = 1e-3
+LOGIT_ATOL_FOR = {"gemma3": 3e-3}
 TOP_N = 5  # vLLM's check_logprobs_close: at the first differing id, each side's token in the other's top N
 
 # (format, dtype on disk, golden storage): the GGUF F16 golden keeps 1-D tensors in F32, as llama.cpp does.
@@ -43,7 +47,7 @@ STORAGES = [
 CASES = [pytest.param(m, *s, id=f"{m}-{s[0]}-{s[1]}") for m in MODELS for s in STORAGES]
 
 BLOCK_SIZE = 16
-BLOCK_TABLE = [2, 0, 1]  # 48 slots for the 40 positions, out of order so paged addressing is exercised
+BLOCK_TABLE = [2, 0, 4, 1, 3]  # 80 slots for the 72 positions, out of order so paged addressing is exercised
 
 
 def load_golden(name: str, storage: str) -> dict[str, np.ndarray]:
@@ -121,9 +125,9 @@ def test_tiny_model_matches_transformers(name, fmt, dtype, storage, tmp_path):
     assert np.array_equal(ids, want_ids), first_difference(ids, want_ids, logits, want_logits)
     assert logits.shape == want_logits.shape
     err = np.abs(logits - want_logits)  # (P + N, V)
-    pos = int(err.max(axis=1).argmax())
-    assert err.max() <= LOGIT_ATOL, (
-        f"logits differ by up to {err.max():.2e} (tolerance {LOGIT_ATOL:.0e}), worst at position {pos} "
+    pos, atol = int(err.max(axis=1).argmax()), LOGIT_ATOL_FOR.get(name, LOGIT_ATOL)
+    assert err.max() <= atol, (
+        f"logits differ by up to {err.max():.2e} (tolerance {atol:.0e}), worst at position {pos} "
         f"(prompt length {len(PROMPT_IDS)}); per-position max: {np.round(err.max(axis=1), 5).tolist()}"
     )
 
@@ -143,4 +147,4 @@ def test_tiny_model_on_wgpu_gives_the_cpu_greedy_ids(name, tmp_path):
     model = build_model(load_checkpoint(write_checkpoint(name, "safetensors", "float32", tmp_path)), backend)
     ids, logits = greedy_run(model, backend, list(PROMPT_IDS), NEW_TOKENS)
     assert np.array_equal(ids, golden["ids"]), first_difference(ids, golden["ids"], logits, golden["logits"])
-    assert np.abs(logits - golden["logits"]).max() <= LOGIT_ATOL
+    assert np.abs(logits - golden["logits"]).max() <= LOGIT_ATOL_FOR.get(name, LOGIT_ATOL)
