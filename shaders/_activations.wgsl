@@ -1,5 +1,5 @@
 // Library (prepended to act.wgsl and glu.wgsl by blazr/backends/wgsl.py): the ACTIVATIONS of base.py in f32.
-// kind: 0 silu, 1 gelu (erf), 2 gelu_tanh, 3 relu -- the order of blazr.backends.base.ACTIVATIONS.
+// kind: 0 silu, 1 gelu (erf), 2 gelu_tanh, 3 relu, 4 tanh -- the order of blazr.backends.base.ACTIVATIONS.
 
 // Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7), the same formula as the numpy backend.
 fn erf_approx(z: f32) -> f32 {
@@ -19,6 +19,7 @@ fn activation(x: f32, kind: u32) -> f32 {
             let u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
             return 0.5 * x * (1.0 + tanh(clamp(u, -15.0, 15.0)));
         }
-        default: { return max(x, 0.0); }
+        case 3u: { return max(x, 0.0); }
+        default: { return tanh(clamp(x, -15.0, 15.0)); }
     }
 }

@@ -108,6 +108,8 @@ def act(x, kind):
         return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
     if kind == "relu":
         return np.maximum(x, 0.0)
+    if kind == "tanh":
+        return np.tanh(x)
     raise ValueError(kind)
 
 

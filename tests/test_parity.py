@@ -1,7 +1,8 @@
 """Parity with transformers on tiny random-weight checkpoints of every family (design.md §11.11).
 
-Each model is written here as SafeTensors F32/F16/BF16 and as GGUF F32/F16, loaded through blazr on the CPU
-backend and run greedily for 64 tokens. The ids and logits transformers produced from the same stored weights
+Each model is written here as SafeTensors F32/F16/BF16, and read as GGUF F32/F16 files that llama.cpp's own
+convert_hf_to_gguf.py made from the same weights (tests/golden/gguf/), loaded through blazr on the CPU backend
+and run greedily for 64 tokens. The ids and logits transformers produced from the same stored weights
 are committed in tests/golden/ (made by tests/parity/make_reference.py), so this test needs numpy only.
 """
 
@@ -18,7 +19,6 @@ from tests.tiny_models import (
     PROMPT_IDS,
     gguf_keeps_f32,
     weights_digest,
-    write_gguf,
     write_safetensors,
 )
 
@@ -44,7 +44,15 @@ STORAGES = [
     ("gguf", "F32", "f32"),
     ("gguf", "F16", "gguf_f16"),
 ]
-CASES = [pytest.param(m, *s, id=f"{m}-{s[0]}-{s[1]}") for m in MODELS for s in STORAGES]
+# llama.cpp's converter writes Mistral as "llama" without its sliding window, so a Mistral GGUF is a
+# full-attention Llama (llama.cpp runs it so too): test_converted_mistral_has_no_window checks that instead.
+NO_GGUF = {"mistral"}
+CASES = [
+    pytest.param(m, *s, id=f"{m}-{s[0]}-{s[1]}")
+    for m in MODELS
+    for s in STORAGES
+    if not (s[0] == "gguf" and m in NO_GGUF)
+]
 
 BLOCK_SIZE = 16
 BLOCK_TABLE = [2, 0, 4, 1, 3]  # 80 slots for the 72 positions, out of order so paged addressing is exercised
@@ -59,10 +67,15 @@ def load_golden(name: str, storage: str) -> dict[str, np.ndarray]:
 
 
 def write_checkpoint(name: str, fmt: str, dtype: str, tmp_path: Path) -> Path:
+    """SafeTensors written here; GGUF as llama.cpp's own converter wrote it (committed, made by
+    tests/parity/make_gguf.py from the same weights)."""
     if fmt == "safetensors":
         write_safetensors(name, tmp_path, dtype)
         return tmp_path
-    return write_gguf(name, tmp_path / f"{name}-{dtype.lower()}.gguf", dtype)
+    path = GOLDEN / "gguf" / f"{name}_{dtype.lower()}.gguf"
+    if not path.exists():
+        pytest.fail(f"{path} is missing: run tests/parity/make_gguf.py (see tests/parity/README.md)")
+    return path
 
 
 def expected_disk_dtype(fmt: str, dtype: str, shape: tuple[int, ...]) -> str:
@@ -148,3 +161,15 @@ def test_tiny_model_on_wgpu_gives_the_cpu_greedy_ids(name, tmp_path):
     ids, logits = greedy_run(model, backend, list(PROMPT_IDS), NEW_TOKENS)
     assert np.array_equal(ids, golden["ids"]), first_difference(ids, golden["ids"], logits, golden["logits"])
     assert np.abs(logits - golden["logits"]).max() <= LOGIT_ATOL_FOR.get(name, LOGIT_ATOL)
+
+
+def test_converted_mistral_has_no_window():
+    """A Mistral GGUF from llama.cpp's converter loses sliding_window: blazr reads it as full attention."""
+    from blazr.backends import get_backend
+    from blazr.loaders import load_checkpoint
+    from blazr.models import build_model
+
+    checkpoint = load_checkpoint(GOLDEN / "gguf" / "mistral_f32.gguf")
+    assert not checkpoint.config.get("sliding_window")
+    model = build_model(checkpoint, get_backend("cpu"))
+    assert [layer.self_attn.window for layer in model.layers] == [0, 0]

@@ -1,4 +1,5 @@
-"""Tiny random-weight Llama, Mistral, Qwen2, Qwen3 and Gemma 3 checkpoints, made from a fixed seed with numpy only.
+"""Tiny random-weight checkpoints of every family, made from a fixed seed with numpy only (Llama, Mistral, Qwen2,
+Qwen3 and Gemma 3 here; the others in tests/tiny_zoo).
 
 Used by tests/parity/make_reference.py (which runs them through transformers to make tests/golden/) and by
 tests/test_parity.py (which writes the same weights as SafeTensors or GGUF and runs them through blazr).
@@ -9,13 +10,21 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import importlib
 import json
+import pkgutil
 import struct
 from pathlib import Path
 
 import numpy as np
 
-MODELS = ("llama", "mistral", "qwen2", "qwen3", "gemma3")
+import tests.tiny_zoo
+
+# the first five are defined here; every other family has a module in tests/tiny_zoo (CONFIG, SEED, weights)
+ZOO = tuple(
+    sorted(m.name for m in pkgutil.iter_modules(tests.tiny_zoo.__path__) if not m.name.startswith("_"))
+)
+MODELS = ("llama", "mistral", "qwen2", "qwen3", "gemma3") + ZOO
 STORAGES = ("f32", "f16", "bf16", "gguf_f16")  # how the weights are rounded on disk; GGUF F32 == "f32"
 PROMPT_IDS = (1, 17, 99, 3, 250, 64, 128, 7)
 NEW_TOKENS = 64
@@ -114,14 +123,40 @@ _SEEDS = {
 }  # 3003 falls into repeating one token after 9
 
 
+def _zoo(name: str):
+    return importlib.import_module(f"tests.tiny_zoo.{name}")
+
+
 def tiny_config(name: str) -> dict:
     """The Hugging Face config.json dict of tiny model `name` (one of MODELS)."""
-    return {**copy.deepcopy(_SHAPE), **copy.deepcopy(_CONFIGS[name])}
+    own = _zoo(name).CONFIG if name in ZOO else _CONFIGS[name]
+    return {**copy.deepcopy(_SHAPE), **copy.deepcopy(own)}
+
+
+class Draw:
+    """Seeded random tensors at the scales the tiny models use (see tiny_weights for why these scales)."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+
+    def linear(self, out_f: int, in_f: int, gain: float = 1.0) -> np.ndarray:
+        """(out_f, in_f) with rows of norm ~gain."""
+        return (self.rng.standard_normal((out_f, in_f)) * gain / np.sqrt(in_f)).astype(np.float32)
+
+    def norm(self, n: int) -> np.ndarray:
+        """(n,) around 1, far enough that a skipped or misplaced norm shows in the logits."""
+        return (1.0 + 0.2 * self.rng.standard_normal(n)).astype(np.float32)
+
+    def normal(self, *shape: int, std: float = 1.0) -> np.ndarray:
+        return (std * self.rng.standard_normal(shape)).astype(np.float32)
 
 
 def tiny_weights(name: str) -> dict[str, np.ndarray]:
     """HF-named float32 weights of tiny model `name`, the same on every call and every machine."""
     cfg = tiny_config(name)
+    if name in ZOO:
+        module = _zoo(name)
+        return module.weights(cfg, Draw(module.SEED))
     rng = np.random.default_rng(_SEEDS[name])
     d, f, v, dh = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["head_dim"]
     hq, hkv = cfg["num_attention_heads"] * dh, cfg["num_key_value_heads"] * dh

@@ -266,6 +266,8 @@ class ArrayAPIBackend:
             return out
         if kind == "relu":
             return xp.maximum(x, 0)
+        if kind == "tanh":
+            return xp.tanh(x)
         raise ConfigError(f"activation {kind!r} is unknown; use one of {ACTIVATIONS}")
 
     def _erf(self, z: Array) -> Array:

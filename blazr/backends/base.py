@@ -46,7 +46,8 @@ OPS: tuple[str, ...] = (
     "ssm_scan",
 )
 
-ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu")  # act(x, kind) and glu(gate, up, kind)
+# act(x, kind) and glu(gate, up, kind); tanh is for logit soft-capping (softcap * tanh(x / softcap))
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu", "tanh")
 BINARY_OPS = ("add", "sub", "mul", "div")  # binary(op, a, b), numpy broadcasting
 ROPE_STYLES = ("neox", "interleaved")  # neox: rotate halves (HF); interleaved: adjacent pairs (GPT-J)
 DTYPES = ("f32", "f16", "bf16")  # activation / dense-weight dtypes a backend may support

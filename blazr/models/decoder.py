@@ -2,14 +2,19 @@
 
 A family file subclasses DecoderLM and says only what differs: its ModelArgs, the block of each layer
 (`make_block`), and checkpoint quirks (`sanitize`). Blocks are choices, not flags: PreNormBlock (Llama and
-most families) and SandwichBlock (Gemma 2/3: norms before and after attention and MLP); a parallel-residual
-block sits next to them when a family needs it.
+most families), SandwichBlock (Gemma 2/3: norms before and after attention and MLP), PostNormBlock (OLMo 2:
+norms after attention and MLP only) and ParallelBlock (Phi-2, GPT-NeoX, Falcon, Command-R: attention and MLP
+read the same input and both add to the residual). Families whose checkpoints name the parts differently
+(GPT-NeoX's "attention.", Falcon's "self_attention.") pass their names; the model-level prefixes are class
+attributes (EMBED, LAYERS, NORM, HEAD).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+
+import numpy as np
 
 from blazr.models.base import Array, Step, check_weights, host_array, trace, upload_batch, weight_uploader
 from blazr.models.batch import ForwardBatch
@@ -21,19 +26,24 @@ KVCache = list[tuple[Array, Array]]  # per layer (k_cache, v_cache), each (S, Hk
 class PreNormBlock(Module):
     """x + attn(norm(x)), then x + mlp(norm(x)): HF input_layernorm / post_attention_layernorm."""
 
+    NAMES = ("input_layernorm.", "self_attn.", "post_attention_layernorm.", "mlp.")
+
     def __init__(
-        self, layer: int, attn: Module, mlp: Module, input_norm: Module, post_attention_norm: Module
+        self,
+        layer: int,
+        attn: Module,
+        mlp: Module,
+        input_norm: Module,
+        post_attention_norm: Module,
+        names: tuple[str, str, str, str] | None = None,
     ):
         self.layer, self.self_attn, self.mlp = layer, attn, mlp
         self.input_layernorm, self.post_attention_layernorm = input_norm, post_attention_norm
+        self.names = names or self.NAMES  # checkpoint prefixes of (input norm, attention, MLP norm, MLP)
 
     def children(self) -> dict[str, Module]:
-        return {
-            "input_layernorm.": self.input_layernorm,
-            "self_attn.": self.self_attn,
-            "post_attention_layernorm.": self.post_attention_layernorm,
-            "mlp.": self.mlp,
-        }
+        parts = (self.input_layernorm, self.self_attn, self.post_attention_layernorm, self.mlp)
+        return dict(zip(self.names, parts, strict=True))
 
     def __call__(self, x: Array, step: Step, k_cache: Array, v_cache: Array) -> Array:
         be, i = self.self_attn.be, self.layer
@@ -44,6 +54,79 @@ class PreNormBlock(Module):
         h = self.post_attention_layernorm(x)  # (T, D)
         trace("ffn_norm", i, h)
         x = be.binary("add", x, self.mlp(h))  # (T, D)
+        trace("l_out", i, x)
+        return x
+
+
+class PostNormBlock(Module):
+    """x + norm(attn(x)), then x + norm(mlp(x)): OLMo 2 (HF post_attention_layernorm /
+    post_feedforward_layernorm, no norm before either)."""
+
+    def __init__(self, layer: int, attn: Module, mlp: Module, norm):
+        self.layer, self.self_attn, self.mlp = layer, attn, mlp
+        self.post_attention_layernorm, self.post_feedforward_layernorm = norm(), norm()
+
+    def children(self) -> dict[str, Module]:
+        return {
+            "self_attn.": self.self_attn,
+            "post_attention_layernorm.": self.post_attention_layernorm,
+            "mlp.": self.mlp,
+            "post_feedforward_layernorm.": self.post_feedforward_layernorm,
+        }
+
+    def __call__(self, x: Array, step: Step, k_cache: Array, v_cache: Array) -> Array:
+        be, i = self.self_attn.be, self.layer
+        h = self.post_attention_layernorm(self.self_attn(x, step, k_cache, v_cache))  # (T, D)
+        trace("attn_post_norm", i, h)
+        x = be.binary("add", x, h)  # (T, D)
+        trace("ffn_inp", i, x)
+        h = self.post_feedforward_layernorm(self.mlp(x))  # (T, D)
+        trace("ffn_post_norm", i, h)
+        x = be.binary("add", x, h)  # (T, D)
+        trace("l_out", i, x)
+        return x
+
+
+class ParallelBlock(Module):
+    """x + attn(norm_a(x)) + mlp(norm_m(x)): attention and MLP side by side on the same residual.
+
+    One shared norm (Phi-2, Command-R, Falcon-7B: mlp_norm None) or two (GPT-NeoX's input_layernorm and
+    post_attention_layernorm, Falcon-40B's ln_attn and ln_mlp). `names` are the checkpoint prefixes of
+    (attention norm, attention, MLP norm, MLP); the MLP norm's is ignored when there is none."""
+
+    def __init__(
+        self,
+        layer: int,
+        attn: Module,
+        mlp: Module,
+        attn_norm: Module,
+        mlp_norm: Module | None = None,
+        names: tuple[str, str, str, str] = (
+            "input_layernorm.",
+            "self_attn.",
+            "post_attention_layernorm.",
+            "mlp.",
+        ),
+    ):
+        self.layer, self.self_attn, self.mlp = layer, attn, mlp
+        self.attn_norm, self.mlp_norm, self.names = attn_norm, mlp_norm, names
+
+    def children(self) -> dict[str, Module]:
+        attn_norm, attn, mlp_norm, mlp = self.names
+        out = {attn_norm: self.attn_norm, attn: self.self_attn, mlp: self.mlp}
+        return out if self.mlp_norm is None else out | {mlp_norm: self.mlp_norm}
+
+    def __call__(self, x: Array, step: Step, k_cache: Array, v_cache: Array) -> Array:
+        be, i = self.self_attn.be, self.layer
+        h = self.attn_norm(x)  # (T, D)
+        trace("attn_norm", i, h)
+        attn = self.self_attn(h, step, k_cache, v_cache)  # (T, D)
+        if self.mlp_norm is not None:
+            h = self.mlp_norm(x)  # (T, D)
+            trace("ffn_norm", i, h)
+        mlp = self.mlp(h)  # (T, D)
+        # (x + attn) + mlp, in the order transformers adds them
+        x = be.binary("add", be.binary("add", x, attn), mlp)  # (T, D)
         trace("l_out", i, x)
         return x
 
@@ -84,12 +167,16 @@ class SandwichBlock(Module):
 
 
 class Embedding(Module):
-    def __init__(self, backend, vocab: int, dim: int):
-        self.be, self.vocab, self.dim = backend, vocab, dim
-        self.weight = None  # (V, D)
+    """A (V, D) table: the token embeddings, and the LM head (with a bias in Phi-2)."""
+
+    def __init__(self, backend, vocab: int, dim: int, bias: bool = False):
+        self.be, self.vocab, self.dim, self.has_bias = backend, vocab, dim, bias
+        self.weight = self.bias = None  # (V, D), (V,) or None
 
     def declare(self) -> Iterator[Weight]:
         yield weight("weight", "weight", (self.vocab, self.dim))
+        if self.has_bias:
+            yield weight("bias", "bias", (self.vocab,))
 
 
 class DecoderLM(Module):
@@ -100,7 +187,14 @@ class DecoderLM(Module):
 
     OPS: tuple[str, ...] = ("embed", "matmul", "rms_norm", "rope", "kv_write", "attention", "glu", "binary")
 
+    # checkpoint prefixes of the embeddings, of layer N, of the final norm and of the LM head
+    EMBED, LAYERS, NORM, HEAD = "model.embed_tokens.", "model.layers.{}.", "model.norm.", "lm_head."
+    HEAD_BIAS = False  # the LM head has a bias (Phi-2)
+
     embed_scale: Array | None = None  # (D,) multiplies the embeddings (Gemma: sqrt(D)); set by a family
+    logit_scale: Array | None = None  # (V,) multiplies the logits (Command-R, Granite); set by a family
+    final_softcap: float = 0.0  # logits -> c * tanh(logits / c) (Gemma 2); set by a family
+    _softcap_factors: tuple[Array, Array] | None = None
 
     def __init__(self, args, backend, dtype: str | None = None):
         self.args, self.be, self.dtype = args, backend, dtype or "f32"
@@ -108,8 +202,15 @@ class DecoderLM(Module):
         self.layers = [self.make_block(i) for i in range(args.num_hidden_layers)]
         self.norm = self.make_norm(args.hidden_size)
         self.lm_head = (
-            None if args.tie_word_embeddings else Embedding(backend, args.vocab_size, args.hidden_size)
+            None
+            if args.tie_word_embeddings
+            else Embedding(backend, args.vocab_size, args.hidden_size, self.HEAD_BIAS)
         )
+
+    def scale_logits(self, factor: float) -> None:
+        """Multiply every logit by `factor` (a family's logit scale; 1 leaves them alone)."""
+        if factor != 1.0:
+            self.logit_scale = self.be.upload(np.full(self.args.vocab_size, factor, np.float32), self.dtype)
 
     # ---- what a family provides ----------------------------------------------------------------------------
 
@@ -122,20 +223,23 @@ class DecoderLM(Module):
     # ---- weights -------------------------------------------------------------------------------------------
 
     def children(self) -> dict[str, Module]:
-        out: dict[str, Module] = {"model.embed_tokens.": self.embed_tokens, "model.norm.": self.norm}
-        out |= {f"model.layers.{i}.": layer for i, layer in enumerate(self.layers)}
-        return out if self.lm_head is None else out | {"lm_head.": self.lm_head}
+        out: dict[str, Module] = {self.EMBED: self.embed_tokens, self.NORM: self.norm}
+        out |= {self.LAYERS.format(i): layer for i, layer in enumerate(self.layers)}
+        return out if self.lm_head is None else out | {self.HEAD: self.lm_head}
 
     def required_ops(self) -> list[tuple[str, str | None, str | None]]:
         """Every (op, dtype, weight format) this model calls; checked against backend.supports() at load."""
-        return [(op, self.dtype, None) for op in self.OPS]
+        ops = self.OPS + (("act",) if self.final_softcap else ())
+        return [(op, self.dtype, None) for op in ops]
 
     def sanitize(self, weights: dict[str, Any]) -> dict[str, Any]:
         """Checkpoint quirks, before the strict load; a family extends this with its own."""
         # precomputed rotary tables in old checkpoints: we build our own from the config
         weights = {k: v for k, v in weights.items() if not k.endswith("rotary_emb.inv_freq")}
         if self.args.tie_word_embeddings:
-            weights.pop("lm_head.weight", None)  # some tied checkpoints still save a copy of the embeddings
+            weights.pop(
+                self.HEAD + "weight", None
+            )  # some tied checkpoints still save a copy of the embeddings
         expected = self.weight_shapes()
         for name in [n for n in weights if n.endswith("_proj.bias") and n not in expected]:
             # GPTQ-for-LLaMa wrote an all-zero bias for every quantized linear layer: harmless, so dropped;
@@ -164,8 +268,25 @@ class DecoderLM(Module):
         trace("norm", -1, h)
         head = self.embed_tokens if self.lm_head is None else self.lm_head
         logits = self.be.matmul(h, head.weight)  # (R, V)
+        if head.bias is not None:
+            logits = self.be.binary("add", logits, head.bias)
+        if self.logit_scale is not None:
+            logits = self.be.binary("mul", logits, self.logit_scale)
+        if self.final_softcap:
+            logits = self._softcap(logits, self.final_softcap)
         trace("logits", -1, logits)
         return logits
+
+    def _softcap(self, x: Array, cap: float) -> Array:
+        """cap * tanh(x / cap), elementwise: x (R, V) -> (R, V)."""
+        be = self.be
+        if self._softcap_factors is None:  # ((V,) 1 / cap, (V,) cap) on the device, made once
+            n = x.shape[-1]
+            self._softcap_factors = tuple(
+                be.upload(np.full(n, f, np.float32), self.dtype) for f in (1 / cap, cap)
+            )
+        inv, mul = self._softcap_factors
+        return be.binary("mul", be.act(be.binary("mul", x, inv), "tanh"), mul)
 
     def hidden(self, batch: ForwardBatch, cache: KVCache) -> Array:
         """Final-norm hidden states (T, D) of every new token (for embeddings)."""

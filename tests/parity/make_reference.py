@@ -1,7 +1,7 @@
 """Make tests/golden/<model>_<storage>.npz: transformers' greedy ids and float32 logits for the tiny models.
 
 Needs torch and transformers (not needed by CI); see tests/parity/README.md. Run from the repo root:
-    .venv-parity/bin/python tests/parity/make_reference.py
+    .venv-parity/bin/python tests/parity/make_reference.py [MODEL ...]
 Each storage rounds the weights as that file format stores them, then runs the model in float32, which is
 what blazr's CPU backend does with the same file.
 """
@@ -87,7 +87,7 @@ def reference(name: str, storage: str) -> dict[str, np.ndarray]:
 def main() -> None:
     torch.set_num_threads(1)  # reproducible summation order, and the machine is shared
     GOLDEN.mkdir(parents=True, exist_ok=True)
-    for name in MODELS:
+    for name in sys.argv[1:] or MODELS:  # default: every model
         for storage in STORAGES:
             np.savez_compressed(GOLDEN / f"{name}_{storage}.npz", **reference(name, storage))
 

@@ -25,7 +25,10 @@ class AttentionShape:
     rope_style: str = "neox"  # "neox" (HF halves) or "interleaved" (GPT-J pairs)
     scale: float | None = None  # q.k scale; default 1 / sqrt(Dh)
     softcap: float = 0.0  # softcap * tanh(score / softcap) before the softmax (Gemma 2)
-    qk_norm_eps: float | None = None  # an RMSNorm over each q and k head before RoPE (Qwen3, Gemma 3)
+    qk_norm_eps: float | None = None  # an RMSNorm over q and k before RoPE (Qwen3, Gemma 3, OLMo 2)
+    qk_norm_per_head: bool = True  # over each head's Dh (Qwen3, Gemma 3), or over all of q and of k (OLMo 2)
+    fused_qkv: str | None = None  # the checkpoint's one q/k/v tensor (Phi-3 "qkv_proj"), rows q, k, v
+    o_name: str = "o_proj"  # the checkpoint's output projection (Phi-2 and GPT-NeoX "dense")
 
 
 class Attention(Module):
@@ -61,15 +64,26 @@ class Attention(Module):
             "k_proj": s.kv_heads * s.head_dim,
             "v_proj": s.kv_heads * s.head_dim,
         }
-        yield fused("qkv_proj", [(f"{p}.weight", (n, s.hidden)) for p, n in rows.items()])  # (Nq + 2 Nkv, D)
-        if s.qkv_bias:
-            yield fused("qkv_bias", [(f"{p}.bias", (n,)) for p, n in rows.items()])  # (Nq + 2 Nkv,)
-        yield weight("o_proj", "o_proj.weight", (s.hidden, s.heads * s.head_dim))  # (D, Nq)
+        if s.fused_qkv is not None:  # a family whose layout is not q, k, v rows reorders them in sanitize
+            n = sum(rows.values())
+            yield weight("qkv_proj", f"{s.fused_qkv}.weight", (n, s.hidden))  # (Nq + 2 Nkv, D)
+            if s.qkv_bias:
+                yield weight("qkv_bias", f"{s.fused_qkv}.bias", (n,))
+        else:
+            yield fused(
+                "qkv_proj", [(f"{p}.weight", (n, s.hidden)) for p, n in rows.items()]
+            )  # (Nq + 2 Nkv, D)
+            if s.qkv_bias:
+                yield fused("qkv_bias", [(f"{p}.bias", (n,)) for p, n in rows.items()])  # (Nq + 2 Nkv,)
+        yield weight("o_proj", f"{s.o_name}.weight", (s.hidden, s.heads * s.head_dim))  # (D, Nq)
         if s.o_bias:
-            yield weight("o_bias", "o_proj.bias", (s.hidden,))
+            yield weight("o_bias", f"{s.o_name}.bias", (s.hidden,))
         if s.qk_norm_eps is not None:
-            yield weight("q_norm", "q_norm.weight", (s.head_dim,))
-            yield weight("k_norm", "k_norm.weight", (s.head_dim,))
+            q_dim, k_dim = (
+                (s.head_dim, s.head_dim) if s.qk_norm_per_head else (rows["q_proj"], rows["k_proj"])
+            )
+            yield weight("q_norm", "q_norm.weight", (q_dim,))
+            yield weight("k_norm", "k_norm.weight", (k_dim,))
 
     def __call__(self, x: Array, step: Step, k_cache: Array, v_cache: Array) -> Array:
         be, i, s = self.be, self.layer, self.s
@@ -98,11 +112,10 @@ class Attention(Module):
         return out if self.o_bias is None else be.binary("add", out, self.o_bias)
 
     def _head_norm(self, x: Array, w: Array, step: Step) -> Array:
-        """RMSNorm over each head's Dh features: x (T, n, Dh) -> (T, n, Dh)."""
-        n, dh = x.shape[1], self.s.head_dim
-        return self.be.rms_norm(x.reshape(step.num_tokens * n, dh), w, self.s.qk_norm_eps).reshape(
-            step.num_tokens, n, dh
-        )
+        """RMSNorm over each head's Dh features, or over all n * Dh: x (T, n, Dh) -> (T, n, Dh)."""
+        t, n, dh = step.num_tokens, x.shape[1], self.s.head_dim
+        rows = (t * n, dh) if self.s.qk_norm_per_head else (t, n * dh)
+        return self.be.rms_norm(x.reshape(rows), w, self.s.qk_norm_eps).reshape(t, n, dh)
 
     def _rope(self, x: Array, step: Step) -> Array:
         return self.be.rope(x, step.positions, self.inv_freq, self.s.rope_style, self.rot_dim)

@@ -10,25 +10,35 @@ from blazr.models.layers.module import Module, Weight, fused, weight
 
 class GatedMLP(Module):
     """down(act(gate(x)) * up(x)): SwiGLU (SiLU) and GeGLU (GELU, GELU-tanh). gate_proj and up_proj are one
-    (2F, D) matrix, so one matmul computes both."""
+    (2F, D) matrix, so one matmul computes both; `fused_gate_up` names a checkpoint that stores them as one
+    tensor, gate rows first (Phi-3's "gate_up_proj")."""
 
-    def __init__(self, backend, hidden: int, ffn: int, act: str, layer: int, bias: bool = False):
-        self.be, self.hidden, self.ffn, self.act, self.layer, self.bias = (
-            backend,
-            hidden,
-            ffn,
-            act,
-            layer,
-            bias,
-        )
+    def __init__(
+        self,
+        backend,
+        hidden: int,
+        ffn: int,
+        act: str,
+        layer: int,
+        bias: bool = False,
+        fused_gate_up: str | None = None,
+    ):
+        self.be, self.hidden, self.ffn, self.act, self.layer = backend, hidden, ffn, act, layer
+        self.bias, self.fused_gate_up = bias, fused_gate_up
         self.gate_up_proj = self.gate_up_bias = self.down_proj = self.down_bias = None
 
     def declare(self) -> Iterator[Weight]:
         d, f = self.hidden, self.ffn
-        yield fused("gate_up_proj", [("gate_proj.weight", (f, d)), ("up_proj.weight", (f, d))])  # (2F, D)
+        if self.fused_gate_up is not None:
+            yield weight("gate_up_proj", f"{self.fused_gate_up}.weight", (2 * f, d))  # (2F, D)
+        else:
+            yield fused("gate_up_proj", [("gate_proj.weight", (f, d)), ("up_proj.weight", (f, d))])  # (2F, D)
         yield weight("down_proj", "down_proj.weight", (d, f))  # (D, F)
         if self.bias:
-            yield fused("gate_up_bias", [("gate_proj.bias", (f,)), ("up_proj.bias", (f,))])  # (2F,)
+            if self.fused_gate_up is not None:
+                yield weight("gate_up_bias", f"{self.fused_gate_up}.bias", (2 * f,))
+            else:
+                yield fused("gate_up_bias", [("gate_proj.bias", (f,)), ("up_proj.bias", (f,))])  # (2F,)
             yield weight("down_bias", "down_proj.bias", (d,))
 
     def __call__(self, x: Array) -> Array:
@@ -38,6 +48,43 @@ class GatedMLP(Module):
             gate_up = be.binary("add", gate_up, self.gate_up_bias)
         trace("ffn_gate_up", self.layer, gate_up)
         h = be.glu(gate_up[:, :f], gate_up[:, f:], self.act)  # (T, F)
+        trace("ffn_act", self.layer, h)
+        out = be.matmul(h, self.down_proj)  # (T, D)
+        return out if self.down_bias is None else be.binary("add", out, self.down_bias)
+
+
+class MLP(Module):
+    """down(act(up(x))), with biases or without: Phi-2 ("fc1"/"fc2"), StarCoder2 ("c_fc"/"c_proj"), GPT-NeoX
+    ("dense_h_to_4h"/"dense_4h_to_h"), Falcon. `names` are the checkpoint's (up, down) projections."""
+
+    def __init__(
+        self,
+        backend,
+        hidden: int,
+        ffn: int,
+        act: str,
+        layer: int,
+        bias: bool = True,
+        names: tuple[str, str] = ("up_proj", "down_proj"),
+    ):
+        self.be, self.hidden, self.ffn, self.act, self.layer = backend, hidden, ffn, act, layer
+        self.bias, self.names = bias, names
+        self.up_proj = self.up_bias = self.down_proj = self.down_bias = None
+
+    def declare(self) -> Iterator[Weight]:
+        (up, down), d, f = self.names, self.hidden, self.ffn
+        yield weight("up_proj", f"{up}.weight", (f, d))  # (F, D)
+        yield weight("down_proj", f"{down}.weight", (d, f))  # (D, F)
+        if self.bias:
+            yield weight("up_bias", f"{up}.bias", (f,))
+            yield weight("down_bias", f"{down}.bias", (d,))
+
+    def __call__(self, x: Array) -> Array:
+        be = self.be
+        h = be.matmul(x, self.up_proj)  # (T, F)
+        if self.up_bias is not None:
+            h = be.binary("add", h, self.up_bias)
+        h = be.act(h, self.act)  # (T, F)
         trace("ffn_act", self.layer, h)
         out = be.matmul(h, self.down_proj)  # (T, D)
         return out if self.down_bias is None else be.binary("add", out, self.down_bias)

@@ -1,0 +1,7 @@
+"""Tiny random-weight checkpoints of the families beyond the first five, one module each.
+
+A module exports CONFIG (the HF config.json fields over tests.tiny_models._SHAPE), SEED (int) and
+weights(cfg, draw) -> {HF tensor name: float32 array}, drawing every tensor from `draw` (tests.tiny_models.Draw)
+in a fixed order. tests/tiny_models.py lists every module here in MODELS; tests/parity/make_reference.py and
+tests/parity/make_gguf.py make its goldens.
+"""
