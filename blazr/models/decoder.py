@@ -36,10 +36,12 @@ class PreNormBlock(Module):
         input_norm: Module,
         post_attention_norm: Module,
         names: tuple[str, str, str, str] | None = None,
+        residual_scale: Array | None = None,
     ):
         self.layer, self.self_attn, self.mlp = layer, attn, mlp
         self.input_layernorm, self.post_attention_layernorm = input_norm, post_attention_norm
         self.names = names or self.NAMES  # checkpoint prefixes of (input norm, attention, MLP norm, MLP)
+        self.residual_scale = residual_scale  # (D,) multiplies attention and MLP outputs (Granite)
 
     def children(self) -> dict[str, Module]:
         parts = (self.input_layernorm, self.self_attn, self.post_attention_layernorm, self.mlp)
@@ -49,13 +51,16 @@ class PreNormBlock(Module):
         be, i = self.self_attn.be, self.layer
         h = self.input_layernorm(x)  # (T, D)
         trace("attn_norm", i, h)
-        x = be.binary("add", x, self.self_attn(h, step, k_cache, v_cache))  # (T, D)
+        x = be.binary("add", x, self._scaled(self.self_attn(h, step, k_cache, v_cache)))  # (T, D)
         trace("ffn_inp", i, x)
         h = self.post_attention_layernorm(x)  # (T, D)
         trace("ffn_norm", i, h)
-        x = be.binary("add", x, self.mlp(h))  # (T, D)
+        x = be.binary("add", x, self._scaled(self.mlp(h)))  # (T, D)
         trace("l_out", i, x)
         return x
+
+    def _scaled(self, h: Array) -> Array:
+        return h if self.residual_scale is None else self.self_attn.be.binary("mul", h, self.residual_scale)
 
 
 class PostNormBlock(Module):

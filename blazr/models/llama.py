@@ -78,6 +78,12 @@ class ModelArgs(BaseModelArgs):
     def qk_norm_eps(self) -> float | None:
         return None  # no qk-norm in this family (Qwen3 and Gemma 3 have one)
 
+    qk_norm_per_head = True  # (with qk_norm_eps) per head, or over the whole projection (OLMo 2)
+
+    @property
+    def attention_scale(self) -> float | None:
+        return None  # q.k scale 1 / sqrt(head_dim) (Granite sets its own)
+
     def layer_window(self, layer: int) -> int:
         """Sliding-window length of one layer (0: full attention), as transformers decides it."""
         window = self.sliding_window
@@ -109,7 +115,9 @@ class Model(DecoderLM):
             a.qkv_bias,
             a.o_bias,
             a.rot_dim,
+            scale=a.attention_scale,
             qk_norm_eps=a.qk_norm_eps,
+            qk_norm_per_head=a.qk_norm_per_head,
         )
         super().__init__(args, backend, dtype)
 

@@ -40,7 +40,7 @@ class Attention(Module):
         backend,
         shape: AttentionShape,
         layer: int,
-        inv_freq: Array,
+        inv_freq: Array | None,
         window: int = 0,
         attention_scaling: float = 1.0,
     ):
@@ -93,7 +93,9 @@ class Attention(Module):
             qkv = be.binary("add", qkv, self.qkv_bias)
         qkv = qkv.reshape(step.num_tokens, h + 2 * hkv, s.head_dim)  # (T, H + 2 Hkv, Dh)
         trace("qkv", i, qkv)
-        if self.q_norm is None:
+        if self.inv_freq is None and self.q_norm is None:  # a layer without positions (SmolLM3's NoPE layers)
+            q, k = qkv[:, :h], qkv[:, h : h + hkv]  # (T, H, Dh), (T, Hkv, Dh)
+        elif self.q_norm is None:
             # q and k heads are adjacent, so one rope call rotates both: (T, H + Hkv, Dh)
             qk = be.rope(qkv[:, : h + hkv], step.positions, self.inv_freq, s.rope_style, self.rot_dim)
             q, k = qk[:, :h], qk[:, h:]  # (T, H, Dh), (T, Hkv, Dh)
@@ -118,4 +120,6 @@ class Attention(Module):
         return self.be.rms_norm(x.reshape(rows), w, self.s.qk_norm_eps).reshape(t, n, dh)
 
     def _rope(self, x: Array, step: Step) -> Array:
+        if self.inv_freq is None:
+            return x
         return self.be.rope(x, step.positions, self.inv_freq, self.s.rope_style, self.rot_dim)
