@@ -36,6 +36,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("olmo2", ("Olmo2ForCausalLM",), ("olmo2",), ("olmo2",)),
     Family("granite", ("GraniteForCausalLM",), ("granite",), ("granite",)),
     Family("smollm3", ("SmolLM3ForCausalLM",), ("smollm3",), ("smollm3",)),
+    Family("cohere", ("CohereForCausalLM",), ("cohere",), ("command-r",)),
 )
 
 ARCHITECTURES = {name: f.module for f in FAMILIES for name in f.architectures}
