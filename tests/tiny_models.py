@@ -133,6 +133,14 @@ def tiny_config(name: str) -> dict:
     return {**copy.deepcopy(_SHAPE), **copy.deepcopy(own)}
 
 
+def transformers_checkpoint(name: str, weights: dict[str, np.ndarray]) -> tuple[dict, dict[str, np.ndarray]]:
+    """(config, weights) for transformers' reference run: the tiny model itself, or for a family transformers has
+    no class for (InternLM2) the equivalent checkpoint its zoo module's as_transformers makes."""
+    cfg = tiny_config(name)
+    convert = getattr(_zoo(name), "as_transformers", None) if name in ZOO else None
+    return (cfg, weights) if convert is None else convert(cfg, weights)
+
+
 class Draw:
     """Seeded random tensors at the scales the tiny models use (see tiny_weights for why these scales)."""
 

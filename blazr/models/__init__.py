@@ -33,10 +33,13 @@ FAMILIES: tuple[Family, ...] = (
     ),
     Family("qwen3", ("Qwen3ForCausalLM",), ("qwen3",), ("qwen3",)),
     Family("gemma3", ("Gemma3ForCausalLM",), ("gemma3_text",), ("gemma3",)),
+    Family("gemma", ("GemmaForCausalLM",), ("gemma",), ("gemma",)),
+    Family("gemma2", ("Gemma2ForCausalLM",), ("gemma2",), ("gemma2",)),
     Family("olmo2", ("Olmo2ForCausalLM",), ("olmo2",), ("olmo2",)),
     Family("granite", ("GraniteForCausalLM",), ("granite",), ("granite",)),
     Family("smollm3", ("SmolLM3ForCausalLM",), ("smollm3",), ("smollm3",)),
     Family("cohere", ("CohereForCausalLM",), ("cohere",), ("command-r",)),
+    Family("internlm2", ("InternLM2ForCausalLM",), ("internlm2",), ("internlm2",)),
 )
 
 ARCHITECTURES = {name: f.module for f in FAMILIES for name in f.architectures}

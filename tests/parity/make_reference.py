@@ -24,8 +24,8 @@ from tests.tiny_models import (  # noqa: E402
     PROMPT_IDS,
     STORAGES,
     round_weights,
-    tiny_config,
     tiny_weights,
+    transformers_checkpoint,
     weights_digest,
 )
 
@@ -34,11 +34,12 @@ GOLDEN = REPO / "tests" / "golden"
 
 def build_hf_model(name: str, storage: str) -> torch.nn.Module:
     """The transformers model of tiny model `name` holding its weights rounded through `storage`."""
-    config = transformers.AutoConfig.for_model(**tiny_config(name))
+    hf_config, weights = transformers_checkpoint(name, round_weights(tiny_weights(name), storage))
+    config = transformers.AutoConfig.for_model(**hf_config)
     model = transformers.AutoModelForCausalLM.from_config(
         config, attn_implementation="eager", dtype=torch.float32
     )
-    state = {k: torch.from_numpy(a.copy()) for k, a in round_weights(tiny_weights(name), storage).items()}
+    state = {k: torch.from_numpy(a.copy()) for k, a in weights.items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
     tied = ["lm_head.weight"] if config.tie_word_embeddings else []
     if sorted(missing) != tied or unexpected:

@@ -22,24 +22,26 @@ class GatedMLP(Module):
         layer: int,
         bias: bool = False,
         fused_gate_up: str | None = None,
+        names: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj"),
     ):
         self.be, self.hidden, self.ffn, self.act, self.layer = backend, hidden, ffn, act, layer
         self.bias, self.fused_gate_up = bias, fused_gate_up
+        self.names = names  # the checkpoint's (gate, up, down) projections (InternLM2: w1, w3, w2)
         self.gate_up_proj = self.gate_up_bias = self.down_proj = self.down_bias = None
 
     def declare(self) -> Iterator[Weight]:
-        d, f = self.hidden, self.ffn
+        (gate, up, down), d, f = self.names, self.hidden, self.ffn
         if self.fused_gate_up is not None:
             yield weight("gate_up_proj", f"{self.fused_gate_up}.weight", (2 * f, d))  # (2F, D)
         else:
-            yield fused("gate_up_proj", [("gate_proj.weight", (f, d)), ("up_proj.weight", (f, d))])  # (2F, D)
-        yield weight("down_proj", "down_proj.weight", (d, f))  # (D, F)
+            yield fused("gate_up_proj", [(f"{gate}.weight", (f, d)), (f"{up}.weight", (f, d))])  # (2F, D)
+        yield weight("down_proj", f"{down}.weight", (d, f))  # (D, F)
         if self.bias:
             if self.fused_gate_up is not None:
                 yield weight("gate_up_bias", f"{self.fused_gate_up}.bias", (2 * f,))
             else:
-                yield fused("gate_up_bias", [("gate_proj.bias", (f,)), ("up_proj.bias", (f,))])  # (2F,)
-            yield weight("down_bias", "down_proj.bias", (d,))
+                yield fused("gate_up_bias", [(f"{gate}.bias", (f,)), (f"{up}.bias", (f,))])  # (2F,)
+            yield weight("down_bias", f"{down}.bias", (d,))
 
     def __call__(self, x: Array) -> Array:
         be, f = self.be, self.ffn
