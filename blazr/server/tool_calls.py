@@ -1,6 +1,10 @@
-"""Tool calls in model output: Hermes/Qwen `<tool_call>{json}</tool_call>` blocks, Mistral `[TOOL_CALLS]`
-(a JSON list, or `name[ARGS]{json}` in newer tokenizers) and Llama 3 JSON (`<|python_tag|>`, or the whole
-reply one `{"name", "parameters"}` object).
+"""Tool calls in model output, in each family's published format:
+  * blocks of JSON between an opening and a closing marker (BLOCKS): Hermes / Qwen / SmolLM3
+    `<tool_call>{json}</tool_call>`, Phi-4-mini and Granite `<|tool_call|>[json]<|/tool_call|>` (Granite leaves
+    it unclosed at the end of the reply), InternLM2 `<|action_start|><|plugin|>{json}<|action_end|>`, Command-R
+    `Action: ```json [{"tool_name", "parameters"}] ````;
+  * Mistral `[TOOL_CALLS]` (a JSON list, or `name[ARGS]{json}` in newer tokenizers) and Llama 3 JSON
+    (`<|python_tag|>`, or the whole reply one `{"name", "parameters"}` object).
 
 `ToolCallStream` is the one parser: streaming routes push text as it is decoded and get content pieces and
 finished calls back; `parse_tool_calls` runs the same parser over a whole reply, so both paths agree.
@@ -15,9 +19,16 @@ from dataclasses import dataclass, field
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
 MISTRAL_MARKER, MISTRAL_ARGS = "[TOOL_CALLS]", "[ARGS]"
 PYTHON_TAG = "<|python_tag|>"
+# opening marker -> closing marker of a block of JSON calls; a block still open when the reply ends is parsed too
+BLOCKS = {
+    HERMES_OPEN: HERMES_CLOSE,
+    "<|tool_call|>": "<|/tool_call|>",
+    "<|action_start|><|plugin|>": "<|action_end|>",
+    "Action: ```json": "```",
+}
 # A reply that starts with one of these is held whole and parsed at the end (the call is the entire reply).
 WHOLE_REPLY_STARTS = (MISTRAL_MARKER, PYTHON_TAG, "{")
-INLINE_MARKERS = (HERMES_OPEN, MISTRAL_MARKER)
+INLINE_MARKERS = (*BLOCKS, MISTRAL_MARKER)
 
 
 def new_call_id() -> str:
@@ -40,7 +51,9 @@ class StreamEvent:
 
 
 def _call_from_object(obj: object) -> ToolCall | None:
-    """{"name": str, "arguments"|"parameters": object|str} -> ToolCall; anything else -> None."""
+    """{"name"|"tool_name": str, "arguments"|"parameters": object|str} -> ToolCall; anything else -> None."""
+    if isinstance(obj, dict) and "name" not in obj and "tool_name" in obj:  # Command-R
+        obj = {"name": obj["tool_name"], "parameters": obj.get("parameters", {})}
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
         return None
     args = obj.get("arguments", obj.get("parameters", {}))
@@ -125,7 +138,8 @@ class ToolCallStream:
 
     def __init__(self) -> None:
         self._buffer = ""  # undecided text: a possible marker start, or a call not yet closed
-        self._mode = "start"  # start | content | hermes (inside <tool_call>) | whole (held to the end)
+        self._mode = "start"  # start | content | block (inside a BLOCKS pair) | whole (held to the end)
+        self._open = ""  # the opening marker of the block being read
         self._held_space = ""  # whitespace after content, emitted only if more content follows
         self._seen_content = False
 
@@ -143,8 +157,8 @@ class ToolCallStream:
         if self._mode == "whole":
             calls = parse_whole_reply(rest)
             events += [StreamEvent(call=c) for c in calls] if calls else self._content(rest)
-        elif self._mode == "hermes":
-            calls = _calls_from_json(rest[len(HERMES_OPEN) :])  # an unterminated last block
+        elif self._mode == "block":
+            calls = _calls_from_json(rest[len(self._open) :])  # an unterminated last block
             events += [StreamEvent(call=c) for c in calls] if calls else self._content(rest)
         else:
             events += self._content(rest)
@@ -154,15 +168,15 @@ class ToolCallStream:
         """Advance one state transition; False when more text is needed."""
         if self._mode == "start":
             return self._step_start()
-        if self._mode == "hermes":
-            end = self._buffer.find(HERMES_CLOSE)
+        if self._mode == "block":
+            close = BLOCKS[self._open]
+            end = self._buffer.find(close, len(self._open))
             if end < 0:
                 return False
-            block = self._buffer[len(HERMES_OPEN) : end]
-            calls = _calls_from_json(block)
-            raw = self._buffer[: end + len(HERMES_CLOSE)]
+            calls = _calls_from_json(self._buffer[len(self._open) : end])
+            raw = self._buffer[: end + len(close)]
             events += [StreamEvent(call=c) for c in calls] if calls else self._content(raw)
-            self._buffer, self._mode = self._buffer[end + len(HERMES_CLOSE) :], "content"
+            self._buffer, self._mode = self._buffer[end + len(close) :], "content"
             return True
         if self._mode == "content":
             return self._step_content(events)
@@ -186,7 +200,7 @@ class ToolCallStream:
             pos, marker = min(hits)
             events += self._content(self._buffer[:pos])
             self._buffer = self._buffer[pos:]
-            self._mode = "hermes" if marker == HERMES_OPEN else "whole"
+            self._mode, self._open = ("block", marker) if marker in BLOCKS else ("whole", "")
             if self._mode == "whole":
                 self._buffer = self._buffer.lstrip()
             return True

@@ -1,4 +1,4 @@
-"""Tool-call parsing (Hermes/Qwen, Mistral, Llama 3 JSON), the <think> split, and the chat stream deltas built
+"""Tool-call parsing (Hermes/Qwen, Phi-4-mini / Granite, InternLM2, Command-R, Mistral, Llama 3 JSON), the <think> split, and the chat stream deltas built
 from them: streamed piece by piece must give the same calls and content as the whole reply."""
 
 from __future__ import annotations
@@ -40,6 +40,24 @@ CASES = {
     ),
     "llama3_python_tag": (
         '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}',
+        None,
+        [("get_weather", {"city": "Paris"})],
+    ),
+    "phi4_mini": (
+        f"<|tool_call|>[{WEATHER}]<|/tool_call|>",
+        None,
+        [("get_weather", {"city": "Paris"})],
+    ),
+    "granite_unclosed": (f"<|tool_call|>[{WEATHER}]", None, [("get_weather", {"city": "Paris"})]),
+    "internlm2_plugin": (
+        'Checking.<|action_start|><|plugin|>\n{"name": "get_weather", "parameters": {"city": "Paris"}}'
+        "<|action_end|>\n",
+        "Checking.",
+        [("get_weather", {"city": "Paris"})],
+    ),
+    "command_r_action": (
+        'Action: ```json\n[\n    {\n        "tool_name": "get_weather",\n        "parameters": {"city": "Paris"}\n'
+        "    }\n]\n```",
         None,
         [("get_weather", {"city": "Paris"})],
     ),
