@@ -423,8 +423,8 @@ def test_gguf_truncated_header(tmp_path, rng):
 def test_gguf_unsupported_architecture(tmp_path, rng):
     path = write_gguf(tmp_path / "x.gguf", CONFIG, tiny_weights(CONFIG, rng), arch="llama")
     length_prefix = struct.pack("<Q", 5)  # general.architecture's value is a length-prefixed string
-    path.write_bytes(path.read_bytes().replace(length_prefix + b"llama", length_prefix + b"gemma", 1))
-    with pytest.raises(UnsupportedError, match="GGUF architecture 'gemma' is not supported"):
+    path.write_bytes(path.read_bytes().replace(length_prefix + b"llama", length_prefix + b"bloom", 1))
+    with pytest.raises(UnsupportedError, match="GGUF architecture 'bloom' is not supported"):
         load_checkpoint(path)
 
 
@@ -516,8 +516,8 @@ def test_model_type_from_architectures():
     assert model_type_of({"architectures": ["Qwen2MoeForCausalLM"]}) == "qwen2_moe"
     assert model_type_of({"architectures": ["MixtralForCausalLM"]}) == "mixtral"
     assert model_type_of({"architectures": ["GPTNeoXForCausalLM"]}) == "gpt_neox"
-    with pytest.raises(UnsupportedError, match="'GemmaForCausalLM' is not supported; supported: llama .*"):
-        model_module_name({"architectures": ["GemmaForCausalLM"]})
+    with pytest.raises(UnsupportedError, match="'BloomForCausalLM' is not supported; supported: llama .*"):
+        model_module_name({"architectures": ["BloomForCausalLM"]})
 
 
 def test_safetensors_config_gets_model_type_from_architectures(tmp_path, rng):
