@@ -112,6 +112,9 @@ def gguf_to_hf_config(meta: dict[str, Any], shapes: dict[str, tuple[int, ...]], 
         "attention_bias": "blk.0.attn_q.bias" in shapes,
     }
     config.update(_optional_config(meta, arch))
+    if getattr(family, "GGUF_CONFIG_READS_TENSORS", False):
+        # hparams llama.cpp reads from which tensors a file has (Falcon's second layer norm): give the shapes
+        return family.gguf_config(arch, get, config, shapes)
     return family.gguf_config(arch, get, config)
 
 
@@ -313,11 +316,17 @@ def open_gguf(path: Path, user_path: Path | None = None) -> Checkpoint:
         config["rope_scaling"] = _rope_freq_factors(gf)
     arch = gf.metadata.get("general.architecture", "llama")
     family = _family(gf.metadata, path)
+    # tensors that carry hparams, not weights (Phi-3's LongRoPE factors): a family's optional
+    # GGUF_CONFIG_TENSORS maps their names to config keys, which get their values as float lists
+    as_config = getattr(family, "GGUF_CONFIG_TENSORS", {})
+    for info in gf.tensors:
+        if info.name in as_config:
+            config[as_config[info.name]] = _read_dense(gf, info).astype(np.float32).ravel().tolist()
     names = GGUF_TO_HF | family.GGUF_TENSOR_NAMES
     heads = {"q_proj": config["num_attention_heads"], "k_proj": config["num_key_value_heads"]}
     tensors = {}
     for info in gf.tensors:
-        if info.name == "rope_freqs.weight":
+        if info.name == "rope_freqs.weight" or info.name in as_config:
             continue
         name = hf_name(info.name, names)
         n_head = _permuted_heads(name, heads) if arch in family.GGUF_QK_PERMUTED else None

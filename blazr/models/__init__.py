@@ -33,6 +33,8 @@ FAMILIES: tuple[Family, ...] = (
     ),
     Family("qwen3", ("Qwen3ForCausalLM",), ("qwen3",), ("qwen3",)),
     Family("gemma3", ("Gemma3ForCausalLM",), ("gemma3_text",), ("gemma3",)),
+    Family("phi3", ("Phi3ForCausalLM",), ("phi3",), ("phi3",)),
+    Family("phi", ("PhiForCausalLM",), ("phi",), ("phi2",)),
     Family("gemma", ("GemmaForCausalLM",), ("gemma",), ("gemma",)),
     Family("gemma2", ("Gemma2ForCausalLM",), ("gemma2",), ("gemma2",)),
     Family("olmo2", ("Olmo2ForCausalLM",), ("olmo2",), ("olmo2",)),

@@ -2,7 +2,7 @@
 
 module      Module, Weight: declared weights -> shapes, strict check, loading
 norm        RMSNorm, LayerNorm
-rope        RoPE frequency tables (default, linear, dynamic NTK, llama3, YaRN, llama.cpp freq factors)
+rope        RoPE frequency tables (default, linear, dynamic NTK, llama3, YaRN, LongRoPE, llama.cpp freq factors)
 attention   self-attention over the paged KV cache (fused q/k/v, biases, rope, sliding window, soft-capping)
 mlp         gated MLP (SwiGLU and kin)
 """

@@ -6,7 +6,8 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from blazr.errors import UnsupportedError
+import numpy as np
+
 from blazr.models.base import Array, Step, trace
 from blazr.models.layers.module import Module, Weight, fused, weight
 
@@ -47,13 +48,12 @@ class Attention(Module):
         self.be, self.s, self.layer, self.inv_freq, self.window = backend, shape, layer, inv_freq, window
         rotates_all = shape.rot_dim is None or shape.rot_dim >= shape.head_dim
         self.rot_dim = None if rotates_all else shape.rot_dim
-        if attention_scaling != 1.0 and not rotates_all:
-            raise UnsupportedError(
-                "rope_scaling with an attention factor on partial-rotary heads is not supported"
-            )
-        # transformers scales cos and sin, so q.k of a fully rotated head grows by attention_scaling ** 2
+        # transformers scales cos and sin, so the rotated features' part of q.k grows by attention_scaling ** 2:
+        # folded into the scale when every feature rotates, else a gain on q's rotated features (Phi-4-mini)
         base = shape.scale if shape.scale is not None else 1 / math.sqrt(shape.head_dim)
-        self.scale = attention_scaling**2 * base
+        self.scale = (attention_scaling**2 if rotates_all else 1.0) * base
+        self.rot_gain = None if rotates_all or attention_scaling == 1.0 else attention_scaling**2
+        self.q_gain = None  # (Dh,): rot_gain on the first rot_dim features, 1 on the rest; made at load
         self.qkv_proj = self.qkv_bias = self.o_proj = self.o_bias = None
         self.q_norm = self.k_norm = None  # (Dh,) each, with qk_norm_eps
 
@@ -85,6 +85,13 @@ class Attention(Module):
             yield weight("q_norm", "q_norm.weight", (q_dim,))
             yield weight("k_norm", "k_norm.weight", (k_dim,))
 
+    def load(self, get, upload, prefix: str = "") -> None:
+        super().load(get, upload, prefix)
+        if self.rot_gain is not None:  # uploaded as the weights are, so in the model's compute dtype
+            gain = np.ones(self.s.head_dim, dtype=np.float32)  # (Dh,)
+            gain[: self.rot_dim] = self.rot_gain
+            self.q_gain = upload(gain)
+
     def __call__(self, x: Array, step: Step, k_cache: Array, v_cache: Array) -> Array:
         be, i, s = self.be, self.layer, self.s
         h, hkv = s.heads, s.kv_heads
@@ -105,6 +112,8 @@ class Attention(Module):
             k = self._rope(self._head_norm(qkv[:, h : h + hkv], self.k_norm, step), step)  # (T, Hkv, Dh)
             trace("q_rope", i, q)
             trace("k_rope", i, k)
+        if self.q_gain is not None:
+            q = be.binary("mul", q, self.q_gain)  # (T, H, Dh)
         v = qkv[:, h + hkv :]  # (T, Hkv, Dh)
         be.kv_write(k_cache, v_cache, k, v, step.slots)
         paged = (step.block_tables, step.ctx_lens, step.q_lens, step.block_size)

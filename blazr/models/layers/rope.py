@@ -14,14 +14,15 @@ import numpy as np
 from blazr.errors import UnsupportedError
 
 Freqs = tuple[np.ndarray, float]  # (inv_freq (R/2,), attention_scaling)
-ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "freq_factors")
+ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope", "freq_factors")
 
 
 def rope_type(scaling: dict[str, Any] | None) -> str:
     """The rope type named by a config's rope_scaling dict ("type" is the older spelling)."""
     if not scaling:
         return "default"
-    return scaling.get("rope_type") or scaling.get("type") or "default"
+    kind = scaling.get("rope_type") or scaling.get("type") or "default"
+    return "longrope" if kind == "su" else kind  # "su": LongRoPE's first name in Phi-3 configs
 
 
 def _base_inv_freq(theta: float, dim: int) -> np.ndarray:
@@ -98,12 +99,49 @@ def _yarn(theta: float, dim: int, scaling: dict, max_pos: int, seq_len: int | No
     return inv_freq.astype(np.float32), _yarn_attention_factor(scaling, factor)
 
 
+def _longrope(theta: float, dim: int, scaling: dict, max_pos: int, seq_len: int | None) -> Freqs:
+    """Phi-3's LongRoPE: per-frequency divisors, `short_factor` for sequences up to
+    original_max_position_embeddings and `long_factor` beyond (transformers' _compute_longrope_parameters).
+
+    transformers switches tables when the sequence outgrows the original length (and recomputes the cache);
+    a table fixed at load cannot, so the choice is llama.cpp's (llama_model::get_rope_factors): long when the
+    context the model runs, `seq_len`, exceeds the original length. seq_len None means max_position_embeddings,
+    the longest context blazr lets the model run, so any model extended past its original length gets the long
+    factors at every position (as llama.cpp run at the full trained context), the only table valid for all of
+    them."""
+    orig = scaling.get("original_max_position_embeddings") or max_pos
+    factors = {}
+    for key in ("short_factor", "long_factor"):
+        values = scaling.get(key)
+        if values is None:
+            raise UnsupportedError(f"rope_scaling type 'longrope' needs rope_scaling.{key}, which is missing")
+        if len(values) != dim // 2:
+            raise UnsupportedError(
+                f"rope_scaling.{key} has {len(values)} values; LongRoPE needs one per rotated frequency, "
+                f"{dim // 2} (rotary dims {dim} / 2)"
+            )
+        factors[key] = np.asarray(values, dtype=np.float32)  # (R/2,)
+    # Phi-3 configs give no factor: the extension ratio is max_position_embeddings / original
+    factor = scaling.get("factor")
+    factor = max_pos / orig if factor is None else factor
+    attention_factor = scaling.get("attention_factor")
+    if attention_factor is None:
+        attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))
+    seq_len = max_pos if seq_len is None else seq_len
+    ext = factors["long_factor" if seq_len > orig else "short_factor"]  # (R/2,)
+    exponents = np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)  # (R/2,)
+    # 1 / (ext * theta ** (2i / R)), rounded in float32 in transformers' order
+    inv_freq = np.float32(1.0) / (ext * (np.float32(theta) ** exponents))
+    return inv_freq.astype(np.float32), float(attention_factor)
+
+
 _ROPE_FUNCTIONS = {
     "default": None,
     "linear": _linear,
     "dynamic": _dynamic,
     "llama3": _llama3,
     "yarn": _yarn,
+    "longrope": _longrope,
     "freq_factors": _freq_factors,
 }
 
@@ -117,7 +155,9 @@ def rope_parameters(
 ) -> Freqs:
     """inv_freq (rot_dim/2,) float32 and the attention scaling for a config's rope settings.
 
-    seq_len only matters for "dynamic": the longest context the model will run (fixed at load).
+    seq_len is the longest context the model will run (fixed at load; None: max_position_embeddings). It
+    matters for "dynamic" (the base grows for it) and "longrope" (long factors when it exceeds the original
+    length).
     """
     kind = rope_type(scaling)
     if kind not in _ROPE_FUNCTIONS:
