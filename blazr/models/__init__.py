@@ -42,6 +42,9 @@ FAMILIES: tuple[Family, ...] = (
     Family("smollm3", ("SmolLM3ForCausalLM",), ("smollm3",), ("smollm3",)),
     Family("cohere", ("CohereForCausalLM",), ("cohere",), ("command-r",)),
     Family("internlm2", ("InternLM2ForCausalLM",), ("internlm2",), ("internlm2",)),
+    Family("starcoder2", ("Starcoder2ForCausalLM",), ("starcoder2",), ("starcoder2",)),
+    Family("gpt_neox", ("GPTNeoXForCausalLM",), ("gpt_neox",), ("gptneox",)),
+    Family("falcon", ("FalconForCausalLM",), ("falcon",), ("falcon",)),
 )
 
 ARCHITECTURES = {name: f.module for f in FAMILIES for name in f.architectures}

@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 OUT = REPO / "tests" / "golden" / "gguf"
 OUTTYPES = ("f32", "f16")
+V4_ONLY_KEYS = ("rotary_pct",)  # config.json keys the converter reads that transformers 5's to_dict() drops
 
 
 def convert(llama_cpp: Path, hf_dir: Path, out: Path, outtype: str, converter: str) -> None:
@@ -45,6 +46,10 @@ def convert(llama_cpp: Path, hf_dir: Path, out: Path, outtype: str, converter: s
             empty_vocab  # on the class: the converter forbids subclasses without model_arch
         )
         model = model_class(hf_dir, ftype, out, model_name="blazr-tiny", eager=True)
+        # transformers 5's AutoConfig folds GPT-NeoX's rotary_pct into rope_parameters; this converter still
+        # reads hparams["rotary_pct"] (as under transformers 4): give it the config.json value
+        raw = json.loads((hf_dir / "config.json").read_text())
+        model.hparams.update({k: raw[k] for k in V4_ONLY_KEYS if k in raw and k not in model.hparams})
         model.gguf_writer.add_string("blazr.converter", converter)
         model.write()
 

@@ -48,7 +48,7 @@ def build_hf_model(name: str, storage: str) -> torch.nn.Module:
         )
     if (
         config.tie_word_embeddings
-        and model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr()
+        and model.lm_head.weight.data_ptr() != model.get_input_embeddings().weight.data_ptr()
     ):
         raise SystemExit(f"{name}: lm_head is not tied to embed_tokens")
     model.generation_config.eos_token_id = None  # always 32 new tokens, never stopped early
