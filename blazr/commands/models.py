@@ -69,12 +69,16 @@ def info_rows(ckpt: Any) -> list[tuple[str, str]]:
 def family_of(config: dict[str, Any]) -> str:
     """The blazr.models family that runs the config, or why none does (with the supported ones)."""
     from blazr.errors import UnsupportedError
-    from blazr.models import model_module_name
+    from blazr.models import GGUF_ARCHITECTURES, model_module_name
 
     try:
-        return model_module_name(config)
+        family = model_module_name(config)
     except UnsupportedError as e:
         return f"none: {e}"
+    gguf_family = GGUF_ARCHITECTURES.get(config.get("gguf_architecture") or "", family)
+    if gguf_family != family:  # llama.cpp's converter wrote the file in another family's layout (InternLM2)
+        return f"{family} ({gguf_family} weights, which llama.cpp's converter wrote in the {family} layout)"
+    return family
 
 
 def quant_summary(ckpt: Any) -> str:
