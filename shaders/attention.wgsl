@@ -1,7 +1,8 @@
-// attention: causal attention over the paged KV cache, GQA, sliding window, softcap
+// attention: causal attention over the paged KV cache, GQA, sliding window, softcap, ALiBi
 //                                                            reference: tests/reference.py::attention
 // bindings: q (T, H, Dh) rows q_stride apart, k_cache, v_cache (S, Hkv, Dh), block_tables (B, max_blocks),
-// ctx_lens (B,), q_lens (B,) i32 -> out (T, H, Dh); params. Uses _reduce.wgsl.
+// ctx_lens (B,), q_lens (B,) i32 -> out (T, H, Dh); params; alibi (H,) f32 slopes (any buffer when has_alibi
+// is 0). Uses _reduce.wgsl.
 // grid: (H, T): one workgroup per (query head, token). Keys go by in tiles of WG with an online softmax
 // (flash-style): invocation i scores key tile + i, then accumulates output features i, i + WG, ...
 alias T = f32;
@@ -27,6 +28,8 @@ struct Params {
     window: u32,
     scale: f32,
     softcap: f32,
+    alibi_off: u32,
+    has_alibi: u32,
 }
 
 @group(0) @binding(0) var<storage, read> q: array<T>;
@@ -37,6 +40,7 @@ struct Params {
 @group(0) @binding(5) var<storage, read> q_lens: array<i32>;
 @group(0) @binding(6) var<storage, read_write> out: array<T>;
 @group(0) @binding(7) var<uniform> params: Params;
+@group(0) @binding(8) var<storage, read> alibi: array<f32>;
 
 var<workgroup> query: array<f32, MAX_DH>;
 var<workgroup> probs: array<f32, WG>;
@@ -64,11 +68,12 @@ fn cache_row(b: u32, j: u32) -> u32 {
     return block * params.block_size + j % params.block_size;
 }
 
-fn score(slot: u32, kvh: u32) -> f32 {
+// slope: ALiBi's for this query head (0 without), added times the key position j before the soft-cap
+fn score(slot: u32, kvh: u32, j: u32, slope: f32) -> f32 {
     let base = params.k_cache_off + (slot * params.kv_heads + kvh) * params.head_dim;
     var dot = 0.0;
     for (var d = 0u; d < params.head_dim; d++) { dot += query[d] * f32(k_cache[base + d]); }
-    var s = dot * params.scale;
+    var s = dot * params.scale + slope * f32(j);
     if (params.softcap > 0.0) { s = params.softcap * tanh(clamp(s / params.softcap, -15.0, 15.0)); }
     return s;
 }
@@ -78,6 +83,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let h = wid.x;
     let t = wid.y;
     let kvh = h / (params.heads / params.kv_heads);
+    var slope = 0.0;
+    if (params.has_alibi != 0u) { slope = alibi[params.alibi_off + h]; }
     if (lid == 0u) { span = key_span(t); }
     for (var d = lid; d < params.head_dim; d += WG) {
         query[d] = f32(q[params.q_off + t * params.q_stride + h * params.head_dim + d]);
@@ -91,7 +98,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         var s = NEG;
         if (j < range.z) {
             slots[lid] = cache_row(range.x, j);
-            s = score(slots[lid], kvh);
+            s = score(slots[lid], kvh, j, slope);
         }
         let m_new = max(m, reduce_max(s, lid));
         probs[lid] = select(0.0, exp(s - m_new), j < range.z);

@@ -69,7 +69,9 @@ def kv_write(k_cache, v_cache, k, v, slots):
         v_cache[slot] = v[t]
 
 
-def attention(q, k_cache, v_cache, block_tables, ctx_lens, q_lens, block_size, scale, window=0, softcap=0.0):
+def attention(
+    q, k_cache, v_cache, block_tables, ctx_lens, q_lens, block_size, scale, window=0, softcap=0.0, alibi=None
+):
     q, k_cache, v_cache = _f64(q), _f64(k_cache), _f64(v_cache)
     n_heads, n_kv = q.shape[1], k_cache.shape[1]
     out = np.zeros_like(q)
@@ -84,6 +86,8 @@ def attention(q, k_cache, v_cache, block_tables, ctx_lens, q_lens, block_size, s
             for h in range(n_heads):
                 kv = h // (n_heads // n_kv)  # GQA: consecutive query heads share one KV head
                 scores = keys[visible, kv] @ q[row + i, h] * scale  # (len(visible),)
+                if alibi is not None:  # ALiBi: the head's slope times each key's absolute position
+                    scores = scores + float(alibi[h]) * np.asarray(visible, dtype=np.float64)
                 if softcap > 0:
                     scores = softcap * np.tanh(scores / softcap)
                 out[row + i, h] = softmax(scores) @ values[visible, kv]

@@ -122,12 +122,33 @@ def test_neox_gguf_hparams_are_read_as_llama_cpp_does():
 # ---- Falcon ---------------------------------------------------------------------------------------------------
 
 
-def test_falcon_alibi_is_refused_naming_the_key(tmp_path):
-    """Falcon-RW's ALiBi needs a per-head position bias in the attention op, which no backend has."""
-    from blazr.errors import UnsupportedError
+@pytest.mark.parametrize(
+    "heads, exponents",
+    [
+        (8, [1, 2, 3, 4, 5, 6, 7, 8]),
+        # not a power of two: the 4-head slopes, then every other one of the 8-head sequence
+        (6, [2, 4, 6, 8, 1, 3]),
+        (12, [1, 2, 3, 4, 5, 6, 7, 8, 0.5, 1.5, 2.5, 3.5]),
+        (32, [k / 4 for k in range(1, 33)]),
+    ],
+)
+def test_alibi_slopes_are_build_alibi_tensors(heads, exponents):
+    """transformers' build_alibi_tensor (Falcon, Bloom): slope_h = 2^-exponent_h."""
+    from blazr.models.layers.attention import alibi_slopes
 
-    with pytest.raises(UnsupportedError, match=r"alibi"):
-        _build(_safetensors("falcon", tmp_path, alibi=True))
+    np.testing.assert_allclose(alibi_slopes(heads), 2.0 ** -np.asarray(exponents), rtol=1e-12)
+
+
+def test_falcon_rw_alibi_moves_the_logits(tmp_path):
+    """Falcon-RW runs without RoPE, and its ALiBi matters: without the slopes the tiny model leaves the golden
+    logits (with them it matches them: tests/test_parity.py)."""
+    model = _build(_safetensors("falcon_rw", tmp_path))
+    assert all(layer.self_attn.inv_freq is None for layer in model.layers)
+    for layer in model.layers:
+        layer.self_attn.alibi = None
+    _, logits = greedy_run(model, model.be, list(PROMPT_IDS), 8)  # (16, V)
+    golden = load_golden("falcon_rw", "f32")["logits"][: len(logits)]
+    assert np.abs(logits - golden).max() > 100 * LOGIT_ATOL
 
 
 def test_falcon_new_architecture_without_parallel_attn_is_refused(tmp_path):

@@ -198,6 +198,52 @@ def test_attention_long_prefill_in_query_chunks(backend, rng, monkeypatch):
     check(backend, "attention", *inputs, 4, 8**-0.5, window=6)
 
 
+def alibi_slopes(h):
+    """(H,) the geometric ALiBi slopes 2^(-8 (i + 1) / H), reversed so that a head read with another head's
+    slope shows: large enough (up to 0.5 per position) that the bias dominates q.k over tens of keys."""
+    return (2.0 ** (-8.0 * np.arange(h, 0, -1) / h)).astype(np.float32)
+
+
+ALIBI_CASES = {
+    # name: (H, Hkv, Dh, block_size, [(ctx_len, q_len), ...], shuffled, window, softcap), as ATTENTION_CASES
+    "prefill": (4, 4, 16, 4, [(7, 7)], False, 0, 0.0),
+    "prefill_gqa3_shuffled": (6, 2, 8, 8, [(33, 33)], True, 0, 0.0),
+    "chunked_prefill": (3, 3, 8, 4, [(29, 13)], True, 0, 0.0),
+    "decode_gqa4_shuffled": (8, 2, 8, 4, [(70, 1)], True, 0, 0.0),
+    "decode_batch4_gqa3": (9, 3, 64, 16, [(33, 1), (1, 1), (70, 1), (16, 1)], True, 0, 0.0),
+    "batch3_shuffled": (6, 2, 8, 4, [(7, 7), (33, 1), (40, 5)], True, 0, 0.0),
+    "window_prefill": (4, 2, 8, 4, [(33, 33)], True, 8, 0.0),
+    "window_decode_batch": (4, 2, 8, 4, [(40, 1), (3, 1), (9, 1)], True, 5, 0.0),
+    "softcap": (4, 2, 16, 4, [(20, 4), (12, 12)], True, 0, 5.0),
+    "decode_batch_softcap": (4, 1, 16, 8, [(20, 1), (12, 1)], True, 0, 5.0),
+    "window_softcap_batch": (6, 3, 8, 8, [(20, 4), (9, 9), (41, 1)], True, 7, 5.0),
+}
+
+
+@pytest.mark.parametrize("case", list(ALIBI_CASES))
+def test_attention_alibi(backend, rng, case):
+    h, hkv, dh, block_size, seqs, shuffled, window, softcap = ALIBI_CASES[case]
+    inputs = paged_inputs(rng, seqs, h, hkv, dh, block_size, shuffled)
+    scale = 3.0 * dh**-0.5 if softcap else dh**-0.5
+    alibi = alibi_slopes(h)
+    check(backend, "attention", *inputs, block_size, scale, window, softcap, alibi)  # alibi uploaded
+    # the slopes must move the output, or the comparison above would pass with ALiBi ignored
+    plain = reference.attention(*inputs, block_size, scale, window=window, softcap=softcap)
+    biased = reference.attention(*inputs, block_size, scale, window=window, softcap=softcap, alibi=alibi)
+    assert np.abs(biased - plain).max() > 0.05
+
+
+@pytest.mark.parametrize("case", list(ALIBI_CASES))
+def test_attention_alibi_on_numbas_pool(prompt_pool_backend, rng, case):
+    test_attention_alibi(prompt_pool_backend, rng, case)
+
+
+def test_attention_alibi_long_prefill_in_query_chunks(backend, rng, monkeypatch):
+    monkeypatch.setattr(array_api, "_ATTN_CHUNK_ELEMS", 200)  # forces ~5-query chunks on the array backends
+    inputs = paged_inputs(rng, [(30, 22), (9, 9)], 4, 2, 8, 4, True)
+    check(backend, "attention", *inputs, 4, 8**-0.5, 6, 0.0, alibi_slopes(4))
+
+
 # ---- elementwise ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("shape", [(1, 1), (3, 7), (2, 33), (2, 4097)])
 def test_softmax(backend, rng, shape):

@@ -160,8 +160,10 @@ class ArrayAPIBackend:
         scale: float,
         window: int = 0,
         softcap: float = 0.0,
+        alibi: Array | None = None,
     ) -> Array:
-        out = self.xp.empty_like(q)  # (T, H, Dh)
+        xp = self.xp
+        out = xp.empty_like(q)  # (T, H, Dh)
         tables = self._host(block_tables)  # (B, max_blocks)
         q_start = 0
         lens = zip(self._host(ctx_lens).tolist(), self._host(q_lens).tolist(), strict=True)
@@ -170,13 +172,17 @@ class ArrayAPIBackend:
             k_lo = max(0, ctx - n - window + 1) if window > 0 else 0
             keys = self._gather_kv(k_cache, tables[b], k_lo, ctx, block_size)  # (Lk, Hkv, Dh)
             values = self._gather_kv(v_cache, tables[b], k_lo, ctx, block_size)  # (Lk, Hkv, Dh)
+            # ALiBi: slope * key position, the same for every query of the sequence
+            pos_bias = (
+                None if alibi is None else alibi[:, None] * xp.arange(k_lo, ctx, dtype=xp.float32)
+            )  # (H, Lk)
             chunk = max(1, _ATTN_CHUNK_ELEMS // (q.shape[1] * (ctx - k_lo)))
             for c0 in range(0, n, chunk):
                 c1 = min(n, c0 + chunk)
                 # A lone (decode) query sees every key kept above, whose range already applies the window.
                 bias = None if n == 1 else self._step_bias(ctx, n, c0, c1, k_lo, window)
                 out[q_start + c0 : q_start + c1] = self._attend(
-                    q[q_start + c0 : q_start + c1], keys, values, bias, float(scale), float(softcap)
+                    q[q_start + c0 : q_start + c1], keys, values, bias, float(scale), float(softcap), pos_bias
                 )
             q_start += n
         return out
@@ -205,8 +211,18 @@ class ArrayAPIBackend:
             return None
         return self.xp.asarray(np.where(masked, -np.inf, 0.0).astype(np.float32))
 
-    def _attend(self, q: Array, keys: Array, values: Array, bias: Array | None, scale: float, softcap: float):
-        """q (nc, H, Dh), keys/values (Lk, Hkv, Dh) -> (nc, H, Dh); heads grouped, so K/V are not repeated."""
+    def _attend(
+        self,
+        q: Array,
+        keys: Array,
+        values: Array,
+        bias: Array | None,
+        scale: float,
+        softcap: float,
+        pos_bias: Array | None = None,
+    ):
+        """q (nc, H, Dh), keys/values (Lk, Hkv, Dh) -> (nc, H, Dh); heads grouped, so K/V are not repeated.
+        bias (nc, Lk) masks per query; pos_bias (H, Lk), ALiBi's, is added per head before the soft-cap."""
         xp = self.xp
         nc, h, dh = q.shape
         hkv = keys.shape[1]
@@ -214,6 +230,9 @@ class ArrayAPIBackend:
         qg = q.reshape(nc, hkv, g, dh).transpose(1, 2, 0, 3).reshape(hkv, g * nc, dh)  # (Hkv, G*nc, Dh)
         scores = xp.matmul(qg, keys.transpose(1, 2, 0))  # (Hkv, G*nc, Lk)
         scores *= scale
+        if pos_bias is not None:
+            by_head = scores.reshape(hkv, g, nc, -1)  # (Hkv, G, nc, Lk) view: head h = kv * G + g
+            by_head += pos_bias.reshape(hkv, g, 1, -1)
         if softcap > 0:
             scores *= 1.0 / softcap
             xp.tanh(scores, out=scores)

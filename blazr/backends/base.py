@@ -129,6 +129,7 @@ class Backend(Protocol):
         scale: float,
         window: int = 0,
         softcap: float = 0.0,
+        alibi: Array | None = None,
     ) -> Array:
         """Causal attention of a batch of sequences over the paged KV cache (GQA by head grouping).
 
@@ -137,8 +138,12 @@ class Backend(Protocol):
         lives in slot block_tables[b, j // block_size] * block_size + j % block_size. Its queries are
         positions ctx_lens[b] - q_lens[b] .. ctx_lens[b] - 1 and see keys at positions <= their own;
         with window > 0 only the last `window` positions (pos_q - pos_k < window). softcap > 0 applies
-        softcap * tanh(score / softcap) before the softmax (Gemma 2). Query head h reads KV head
-        h // (H // Hkv). Returns (T, H, Dh).
+        softcap * tanh(score / softcap) before the softmax (Gemma 2). alibi (H,) float32, when given, holds
+        per-query-head ALiBi slopes: the score of head h for the key at position j is
+        scale * q.k + alibi[h] * j before the soft-cap and the softmax (j the key's absolute position; the
+        softmax ignores a constant per query, so this is the relative form -alibi[h] * (pos_q - j)). The
+        slopes multiply j as given: a model that biases before scaling passes its slopes times `scale`.
+        Query head h reads KV head h // (H // Hkv). Returns (T, H, Dh).
         """
 
     # ---- elementwise --------------------------------------------------------------------------------

@@ -156,7 +156,18 @@ class Backend(ArrayAPIBackend):
         return out
 
     def attention(
-        self, q, k_cache, v_cache, block_tables, ctx_lens, q_lens, block_size, scale, window=0, softcap=0.0
+        self,
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        ctx_lens,
+        q_lens,
+        block_size,
+        scale,
+        window=0,
+        softcap=0.0,
+        alibi=None,
     ):
         # A decode step (one query per sequence) runs the serial numba kernel, which declines anything else;
         # a prefill runs the parallel one when its matmuls run on numba's pool, else numpy's batched BLAS.
@@ -164,18 +175,27 @@ class Backend(ArrayAPIBackend):
             self._ops is not None
             and q.dtype == k_cache.dtype == v_cache.dtype == np.float32
             and block_tables.dtype == ctx_lens.dtype == q_lens.dtype == np.int32
+            and (alibi is None or alibi.dtype == np.float32)
         ):
             out = np.empty(q.shape, dtype=np.float32)  # (T, H, Dh)
-            args = (int(block_size), np.float32(scale), int(window), np.float32(softcap), out)
-            if q.shape[0] == ctx_lens.shape[0] and self._ops.attention_decode(
-                q, k_cache, v_cache, block_tables, ctx_lens, q_lens, *args
-            ):
-                return out
+            paged = (q, k_cache, v_cache, block_tables, ctx_lens, q_lens)
+            args = (int(block_size), np.float32(scale), int(window), np.float32(softcap))
+            if q.shape[0] == ctx_lens.shape[0]:
+                # without ALiBi the decode kernel takes no slopes: one array fewer to type-check per call
+                if alibi is None:
+                    decoded = self._ops.attention_decode(*paged, *args, out)
+                else:
+                    decoded = self._ops.attention_decode_alibi(
+                        *paged, *args, np.ascontiguousarray(alibi), out
+                    )
+                if decoded:
+                    return out
             if self._numba_prefill:
-                self._ops.attention_prefill(q, k_cache, v_cache, block_tables, ctx_lens, q_lens, *args)
+                slopes = self._ops.NO_ALIBI if alibi is None else np.ascontiguousarray(alibi)  # (H,) or (0,)
+                self._ops.attention_prefill(*paged, *args, slopes, out)
                 return out
         return super().attention(
-            q, k_cache, v_cache, block_tables, ctx_lens, q_lens, block_size, scale, window, softcap
+            q, k_cache, v_cache, block_tables, ctx_lens, q_lens, block_size, scale, window, softcap, alibi
         )
 
 

@@ -17,13 +17,16 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+NO_ALIBI = np.empty(0, dtype=np.float32)  # (0,) the kernels' "no ALiBi" slopes
+
 
 @njit(inline="always")
-def _attend(q, out, row, kh, k_cache, v_cache, slots, scale, softcap, qh, scores, acc):
+def _attend(q, out, row, kh, k_cache, v_cache, slots, first, scale, softcap, alibi, qh, scores, acc):
     """out[row, h] = softmax(q[row, h] . keys * scale) @ values for the G query heads h of KV head kh, over
-    the keys at `slots` (n,). qh (G, Dh), scores (G, >= n) and acc (G, Dh) are scratch: the queries are
-    copied to qh because q is usually a strided view (of the fused qkv rows), and the dot products only
-    vectorise over rows numba knows to be contiguous."""
+    the keys at `slots` (n,), of positions first .. first + n - 1. alibi (H,) adds alibi[h] * position to
+    each score before the soft-cap, or is empty (no ALiBi). qh (G, Dh), scores (G, >= n) and acc (G, Dh) are
+    scratch: the queries are copied to qh because q is usually a strided view (of the fused qkv rows), and
+    the dot products only vectorise over rows numba knows to be contiguous."""
     g_len, dh = qh.shape
     for g in range(g_len):
         qh[g] = q[row, kh * g_len + g]
@@ -50,6 +53,14 @@ def _attend(q, out, row, kh, k_cache, v_cache, slots, scale, softcap, qh, scores
             for i in range(dh):
                 s += qv[i] * key[i]
             scores[g, j] = s
+    if alibi.size > 0:
+        # ALiBi as scale * (q.k + slope / scale * position) = scale * q.k + slope * position (every
+        # model's scale is > 0): a pass of its own, so the scaling loop below stays as it was, and a kernel
+        # without ALiBi as fast
+        for g in range(g_len):
+            per_key = alibi[kh * g_len + g] / scale
+            for j in range(n_keys):
+                scores[g, j] += per_key * np.float32(first + j)
     for g in range(g_len):
         for j in range(n_keys):
             sc = scores[g, j] * scale
@@ -96,13 +107,9 @@ def _sequence_slots(tables, b, start, stop, block_size, slots):
             blk, off = blk + 1, 0
 
 
-@njit(cache=True, fastmath=True, nogil=True)
-def attention_decode(q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, out):
-    """One query per sequence: out (B, H, Dh) = softmax(q k^T * scale) v over the sequence's cached keys.
-    Returns False, computing nothing, unless every q_lens[b] is 1 (the caller then takes another path).
-
-    ctx_lens (B,) include the query's own position; window > 0 keeps the last `window` keys; softcap > 0
-    squashes scores to softcap * tanh(s / softcap)."""
+@njit(inline="always")
+def _decode(q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, alibi, out):
+    """attention_decode's body; alibi (H,) float32 slopes, or empty for none."""
     batch, heads, dh = q.shape
     for b in range(batch):
         if q_lens[b] != 1:
@@ -121,15 +128,44 @@ def attention_decode(q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, 
         lo = max(0, ctx - window) if window > 0 else 0
         _sequence_slots(tables, b, lo, ctx, block_size, slots)
         for kh in range(hkv):
-            _attend(q, out, b, kh, k_cache, v_cache, slots[: ctx - lo], scale, softcap, qh, scores, acc)
+            keys = slots[: ctx - lo]
+            _attend(q, out, b, kh, k_cache, v_cache, keys, lo, scale, softcap, alibi, qh, scores, acc)
     return True
 
 
+@njit(cache=True, fastmath=True, nogil=True)
+def attention_decode(q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, out):
+    """One query per sequence: out (B, H, Dh) = softmax(q k^T * scale) v over the sequence's cached keys.
+    Returns False, computing nothing, unless every q_lens[b] is 1 (the caller then takes another path).
+
+    ctx_lens (B,) include the query's own position; window > 0 keeps the last `window` keys; softcap > 0
+    squashes scores to softcap * tanh(s / softcap)."""
+    # NO_ALIBI is a global, so numba freezes it as a constant and drops the ALiBi branch; and the call passes
+    # no extra array, whose type check would add ~0.1 us to every decode layer's dispatch
+    return _decode(
+        q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, NO_ALIBI, out
+    )
+
+
+@njit(cache=True, fastmath=True, nogil=True)
+def attention_decode_alibi(
+    q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, alibi, out
+):
+    """attention_decode with ALiBi: alibi (H,) float32 slopes, alibi[h] * key position added to head h's
+    scores before the soft-cap."""
+    return _decode(
+        q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, alibi, out
+    )
+
+
 @njit(parallel=True, cache=True, fastmath=True, nogil=True)
-def attention_prefill(q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, out):
+def attention_prefill(
+    q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, alibi, out
+):
     """Any number of queries per sequence (Backend.attention's contract): out (T, H, Dh). The queries of
     sequence b are positions ctx_lens[b] - q_lens[b] .. ctx_lens[b] - 1, each seeing keys up to its own
-    position (the last `window` of them when window > 0). Parallel over (sequence, KV head)."""
+    position (the last `window` of them when window > 0). alibi: slopes as in attention_decode_alibi, or
+    NO_ALIBI. Parallel over (sequence, KV head); a prefill's milliseconds make one more argument nothing."""
     batch = ctx_lens.shape[0]
     heads, dh = q.shape[1], q.shape[2]
     hkv = k_cache.shape[1]
@@ -150,4 +186,4 @@ def attention_prefill(q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size,
             row, pos = first[b] + i, ctx - q_lens[b] + i
             lo = max(0, pos + 1 - window) if window > 0 else 0
             keys = slots[lo - first_key : pos + 1 - first_key]
-            _attend(q, out, row, kh, k_cache, v_cache, keys, scale, softcap, qh, scores, acc)
+            _attend(q, out, row, kh, k_cache, v_cache, keys, lo, scale, softcap, alibi, qh, scores, acc)

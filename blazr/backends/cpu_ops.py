@@ -20,7 +20,12 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from blazr.backends.cpu_attention import attention_decode, attention_prefill  # noqa: F401 (the backend's ops)
+from blazr.backends.cpu_attention import (  # noqa: F401 (the backend's ops)
+    NO_ALIBI,
+    attention_decode,
+    attention_decode_alibi,
+    attention_prefill,
+)
 
 
 @njit(cache=True, fastmath=True, nogil=True)

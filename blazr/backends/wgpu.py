@@ -308,6 +308,7 @@ class Backend(SelectionSequenceOps, PackedOps, FusionOps):
         scale: float,
         window: int = 0,
         softcap: float = 0.0,
+        alibi: Array | None = None,
     ) -> Array:
         t, h, dh = q.shape
         if dh > MAX_HEAD_DIM:
@@ -326,7 +327,10 @@ class Backend(SelectionSequenceOps, PackedOps, FusionOps):
                 "kv_heads": k_cache.shape[1],
                 "head_dim": dh,
                 "window": max(0, int(window)),
+                "has_alibi": int(alibi is not None),
             }
+            # the slopes are read as f32 whatever q's dtype; any buffer fills the binding without them
+            arrays["alibi"] = k_cache if alibi is None else self.contiguous(alibi, "f32")  # (H,)
             self._run("attention", arrays, params | {"scale": scale, "softcap": softcap}, (h, t, 1))
         return out
 

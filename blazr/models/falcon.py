@@ -7,8 +7,16 @@ side (parallel_attn): Falcon-7B shares one input_layernorm between them, the new
 parallel_attn the block is pre-norm. The fused rows come in one of three layouts, reordered to q, k, v rows at
 load: new_decoder_architecture groups them per KV head ([q * H/Hkv, k, v] for each of the Hkv groups),
 multi_query stores all q rows then one k and one v head (already q, k, v), and neither interleaves them per
-head ([q_h, k_h, v_h]). Falcon-RW's ALiBi (alibi True) is not supported: blazr's attention op has no position
-bias.
+head ([q_h, k_h, v_h]).
+
+Falcon-RW (alibi True; per-head rows, sequential block, biases) has no RoPE: ALiBi biases the scores instead,
+slope_h * key position added before the 1/sqrt(Dh) scale, with transformers' build_alibi_tensor slopes.
+transformers rounds slope * position to bfloat16 there; blazr keeps the float32 product (as llama.cpp's ALiBi
+does): the same where the slopes are powers of two (up to 8 heads) and positions stay below 256, else off by
+bfloat16's rounding (about 2^-8 of slope * position). transformers' eager attention adds ALiBi twice (again
+through the causal mask); its SDPA path, the default, adds it once, as blazr does. llama.cpp's converter
+cannot convert Falcon-RW (it maps no post_attention_layernorm: llama.cpp's falcon is parallel-only, with
+RoPE), so there is no Falcon-RW GGUF.
 """
 
 from __future__ import annotations
@@ -64,11 +72,6 @@ class ModelArgs(BaseModelArgs):
     }
 
     def __post_init__(self):
-        if self.alibi:
-            raise UnsupportedError(
-                "Falcon with alibi=True (ALiBi position biases, Falcon-RW) is not supported: blazr's attention "
-                "op has no position bias"
-            )
         if self.new_decoder_architecture and not self.parallel_attn:
             # transformers builds no norm it then reads for this combination
             raise UnsupportedError(
@@ -136,7 +139,8 @@ class Model(DecoderLM):
         inv_freq, self.attention_scaling = rope_parameters(
             a.head_dim, a.rope_theta, a.rope_scaling, a.max_position_embeddings
         )
-        self.inv_freq = backend.upload(inv_freq, "f32")  # (Dh/2,) kept in f32 whatever the compute dtype
+        # (Dh/2,) kept in f32 whatever the compute dtype; none with ALiBi (Falcon-RW), which replaces RoPE
+        self.inv_freq = None if a.alibi else backend.upload(inv_freq, "f32")
         self.attention_shape = AttentionShape(
             a.hidden_size,
             a.num_attention_heads,
@@ -146,6 +150,7 @@ class Model(DecoderLM):
             a.bias,
             fused_qkv=QKV,
             o_name="dense",
+            alibi=a.alibi,
         )
         super().__init__(args, backend, dtype)
 

@@ -8,6 +8,7 @@ what blazr's CPU backend does with the same file.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from tests.tiny_models import (  # noqa: E402
     NEW_TOKENS,
     PROMPT_IDS,
     STORAGES,
+    ZOO,
     round_weights,
     tiny_weights,
     transformers_checkpoint,
@@ -36,8 +38,11 @@ def build_hf_model(name: str, storage: str) -> torch.nn.Module:
     """The transformers model of tiny model `name` holding its weights rounded through `storage`."""
     hf_config, weights = transformers_checkpoint(name, round_weights(tiny_weights(name), storage))
     config = transformers.AutoConfig.for_model(**hf_config)
+    # eager unless the zoo module names another (Falcon-RW: eager adds its ALiBi twice)
+    zoo = importlib.import_module(f"tests.tiny_zoo.{name}") if name in ZOO else None
+    attn = getattr(zoo, "ATTN_IMPLEMENTATION", "eager")
     model = transformers.AutoModelForCausalLM.from_config(
-        config, attn_implementation="eager", dtype=torch.float32
+        config, attn_implementation=attn, dtype=torch.float32
     )
     state = {k: torch.from_numpy(a.copy()) for k, a in weights.items()}
     missing, unexpected = model.load_state_dict(state, strict=False)

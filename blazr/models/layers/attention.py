@@ -26,15 +26,29 @@ class AttentionShape:
     rope_style: str = "neox"  # "neox" (HF halves) or "interleaved" (GPT-J pairs)
     scale: float | None = None  # q.k scale; default 1 / sqrt(Dh)
     softcap: float = 0.0  # softcap * tanh(score / softcap) before the softmax (Gemma 2)
+    alibi: bool = False  # ALiBi position biases instead of RoPE (Falcon-RW): see alibi_slopes
     qk_norm_eps: float | None = None  # an RMSNorm over q and k before RoPE (Qwen3, Gemma 3, OLMo 2)
     qk_norm_per_head: bool = True  # over each head's Dh (Qwen3, Gemma 3), or over all of q and of k (OLMo 2)
     fused_qkv: str | None = None  # the checkpoint's one q/k/v tensor (Phi-3 "qkv_proj"), rows q, k, v
     o_name: str = "o_proj"  # the checkpoint's output projection (Phi-2 and GPT-NeoX "dense")
 
 
+def alibi_slopes(heads: int) -> np.ndarray:
+    """(H,) float64 ALiBi slopes as transformers' build_alibi_tensor (Falcon, Bloom) makes them: for the
+    largest power of two n <= H, 2^(-8 k / n) for k = 1..n; when H is not a power of two, the remaining
+    H - n heads take every other slope of the 2n-head sequence, 2^(-4 k / n) for odd k = 1, 3, ..."""
+    n = 2 ** math.floor(math.log2(heads))
+    slopes = 2.0 ** (-8.0 * np.arange(1, n + 1) / n)  # (n,)
+    if n != heads:
+        extra = 2.0 ** (-4.0 * np.arange(1, 2 * min(n, heads - n), 2) / n)  # (H - n,)
+        slopes = np.concatenate([slopes, extra])
+    return slopes
+
+
 class Attention(Module):
     """q/k/v projections as one (Nq + 2 Nkv, D) matrix (the checkpoint's q_proj, k_proj, v_proj rows), RoPE on
-    q and k, a write to the layer's cache, attention over the context, and the output projection."""
+    q and k (or ALiBi biases in the attention op), a write to the layer's cache, attention over the context,
+    and the output projection."""
 
     def __init__(
         self,
@@ -45,6 +59,8 @@ class Attention(Module):
         window: int = 0,
         attention_scaling: float = 1.0,
     ):
+        if shape.alibi and inv_freq is not None:
+            raise ValueError("an ALiBi attention layer takes no RoPE frequencies")
         self.be, self.s, self.layer, self.inv_freq, self.window = backend, shape, layer, inv_freq, window
         rotates_all = shape.rot_dim is None or shape.rot_dim >= shape.head_dim
         self.rot_dim = None if rotates_all else shape.rot_dim
@@ -56,6 +72,7 @@ class Attention(Module):
         self.q_gain = None  # (Dh,): rot_gain on the first rot_dim features, 1 on the rest; made at load
         self.qkv_proj = self.qkv_bias = self.o_proj = self.o_bias = None
         self.q_norm = self.k_norm = None  # (Dh,) each, with qk_norm_eps
+        self.alibi = None  # (H,) f32 slopes times the scale, with shape.alibi; made at load
 
     def declare(self) -> Iterator[Weight]:
         s = self.s
@@ -91,6 +108,11 @@ class Attention(Module):
             gain = np.ones(self.s.head_dim, dtype=np.float32)  # (Dh,)
             gain[: self.rot_dim] = self.rot_gain
             self.q_gain = upload(gain)
+        if self.s.alibi:
+            # Falcon and Bloom add slope * position to q.k before the 1/sqrt(Dh) scale, the attention op after
+            # it: the op's slopes are the model's times the scale. Kept in f32 whatever the compute dtype.
+            slopes = (alibi_slopes(self.s.heads) * self.scale).astype(np.float32)  # (H,)
+            self.alibi = self.be.upload(slopes, "f32")
 
     def __call__(self, x: Array, step: Step, k_cache: Array, v_cache: Array) -> Array:
         be, i, s = self.be, self.layer, self.s
@@ -117,7 +139,9 @@ class Attention(Module):
         v = qkv[:, h + hkv :]  # (T, Hkv, Dh)
         be.kv_write(k_cache, v_cache, k, v, step.slots)
         paged = (step.block_tables, step.ctx_lens, step.q_lens, step.block_size)
-        o = be.attention(q, k_cache, v_cache, *paged, self.scale, self.window, s.softcap)  # (T, H, Dh)
+        o = be.attention(
+            q, k_cache, v_cache, *paged, self.scale, self.window, s.softcap, self.alibi
+        )  # (T, H, Dh)
         trace("attn", i, o)
         out = be.matmul(o.reshape(step.num_tokens, h * s.head_dim), self.o_proj)  # (T, D)
         return out if self.o_bias is None else be.binary("add", out, self.o_bias)
