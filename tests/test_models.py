@@ -485,3 +485,23 @@ EXPECTED_SMOLLM2_IDS = [
     32,
     33,
 ]  # observed; text checked above
+
+
+@pytest.mark.parametrize(
+    "family, has, lacks",
+    [
+        ("cohere", {"layer_norm", "glu"}, {"rms_norm", "act"}),  # bias-free LayerNorms, SwiGLU
+        ("gemma2", {"rms_norm", "act", "glu"}, {"layer_norm"}),  # act: tanh of the final logit soft-cap
+        ("falcon_rw", {"layer_norm", "act"}, {"rope", "glu"}),  # ALiBi instead of RoPE, a plain GELU MLP
+        ("qwen3", {"rms_norm", "rope"}, {"act", "layer_norm"}),
+    ],
+)
+def test_required_ops_come_from_the_layers_a_model_has(family, has, lacks):
+    """What build_model checks a backend for is derived from the model's layers, not listed per family."""
+    from blazr.backends import get_backend
+    from tests.tiny_models import tiny_config
+    from tests.tiny_models import tiny_weights as zoo_weights
+
+    model = build_model(checkpoint(tiny_config(family), zoo_weights(family)), get_backend("cpu"))
+    ops = {op for op, _, _ in model.required_ops()}
+    assert has <= ops and not (lacks & ops), sorted(ops)

@@ -47,8 +47,6 @@ class ModelArgs(llama.ModelArgs):
 class Model(llama.Model):
     """A Command-R causal LM on one backend: `model(batch, cache)` -> logits (R, V)."""
 
-    OPS = llama.Model.OPS + ("layer_norm",)
-
     def __init__(self, args: ModelArgs, backend, dtype: str | None = None):
         super().__init__(args, backend, dtype)
         self.scale_logits(args.logit_scale)

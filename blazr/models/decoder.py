@@ -26,6 +26,8 @@ KVCache = list[tuple[Array, Array]]  # per layer (k_cache, v_cache), each (S, Hk
 class PreNormBlock(Module):
     """x + attn(norm(x)), then x + mlp(norm(x)): HF input_layernorm / post_attention_layernorm."""
 
+    OPS = ("binary",)
+
     NAMES = ("input_layernorm.", "self_attn.", "post_attention_layernorm.", "mlp.")
 
     def __init__(
@@ -67,6 +69,8 @@ class PostNormBlock(Module):
     """x + norm(attn(x)), then x + norm(mlp(x)): OLMo 2 (HF post_attention_layernorm /
     post_feedforward_layernorm, no norm before either)."""
 
+    OPS = ("binary",)
+
     def __init__(self, layer: int, attn: Module, mlp: Module, norm):
         self.layer, self.self_attn, self.mlp = layer, attn, mlp
         self.post_attention_layernorm, self.post_feedforward_layernorm = norm(), norm()
@@ -98,6 +102,8 @@ class ParallelBlock(Module):
     One shared norm (Phi-2, Command-R, Falcon-7B: mlp_norm None) or two (GPT-NeoX's input_layernorm and
     post_attention_layernorm, Falcon-40B's ln_attn and ln_mlp). `names` are the checkpoint prefixes of
     (attention norm, attention, MLP norm, MLP); the MLP norm's is ignored when there is none."""
+
+    OPS = ("binary",)
 
     def __init__(
         self,
@@ -139,6 +145,8 @@ class ParallelBlock(Module):
 class SandwichBlock(Module):
     """x + post_norm(attn(norm(x))), then x + post_norm(mlp(pre_norm(x))): Gemma 2 and 3."""
 
+    OPS = ("binary",)
+
     def __init__(self, layer: int, attn: Module, mlp: Module, norm):
         self.layer, self.self_attn, self.mlp = layer, attn, mlp
         self.input_layernorm, self.post_attention_layernorm = norm(), norm()
@@ -174,6 +182,8 @@ class SandwichBlock(Module):
 class Embedding(Module):
     """A (V, D) table: the token embeddings, and the LM head (with a bias in Phi-2)."""
 
+    OPS = ("embed",)
+
     def __init__(self, backend, vocab: int, dim: int, bias: bool = False):
         self.be, self.vocab, self.dim, self.has_bias = backend, vocab, dim, bias
         self.weight = self.bias = None  # (V, D), (V,) or None
@@ -190,7 +200,7 @@ class DecoderLM(Module):
     Subclasses set ModelArgs-derived sizes through `args` (hidden_size, vocab_size, num_hidden_layers,
     num_key_value_heads, head_dim, rms_norm_eps, tie_word_embeddings) and implement make_block / make_norm."""
 
-    OPS: tuple[str, ...] = ("embed", "matmul", "rms_norm", "rope", "kv_write", "attention", "glu", "binary")
+    OPS = ("embed", "matmul", "binary")  # the head's matmul and bias, row selection; layers add their own
 
     # checkpoint prefixes of the embeddings, of layer N, of the final norm and of the LM head
     EMBED, LAYERS, NORM, HEAD = "model.embed_tokens.", "model.layers.{}.", "model.norm.", "lm_head."
@@ -234,8 +244,8 @@ class DecoderLM(Module):
 
     def required_ops(self) -> list[tuple[str, str | None, str | None]]:
         """Every (op, dtype, weight format) this model calls; checked against backend.supports() at load."""
-        ops = self.OPS + (("act",) if self.final_softcap else ())
-        return [(op, self.dtype, None) for op in ops]
+        ops = self.ops() | ({"act"} if self.final_softcap else set())  # act: tanh of the logit soft-cap
+        return [(op, self.dtype, None) for op in sorted(ops)]
 
     def sanitize(self, weights: dict[str, Any]) -> dict[str, Any]:
         """Checkpoint quirks, before the strict load; a family extends this with its own."""

@@ -126,7 +126,6 @@ class ModelArgs(BaseModelArgs):
 class Model(DecoderLM):
     """A Falcon causal LM on one backend: `model(batch, cache)` -> logits (R, V)."""
 
-    OPS = ("embed", "matmul", "layer_norm", "rope", "kv_write", "attention", "act", "binary")
     EMBED, LAYERS, NORM, HEAD = (
         "transformer.word_embeddings.",
         "transformer.h.{}.",

@@ -85,7 +85,6 @@ class ModelArgs(BaseModelArgs):
 class Model(DecoderLM):
     """A GPT-NeoX causal LM on one backend: `model(batch, cache)` -> logits (R, V)."""
 
-    OPS = ("embed", "matmul", "layer_norm", "rope", "kv_write", "attention", "act", "binary")
     EMBED, LAYERS, NORM, HEAD = (
         "gpt_neox.embed_in.",
         "gpt_neox.layers.{}.",

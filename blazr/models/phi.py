@@ -81,7 +81,6 @@ class ModelArgs(BaseModelArgs):
 class Model(DecoderLM):
     """A Phi causal LM on one backend: `model(batch, cache)` -> logits (R, V)."""
 
-    OPS = ("embed", "matmul", "layer_norm", "rope", "kv_write", "attention", "act", "binary")
     NORM = "model.final_layernorm."
     HEAD_BIAS = True
 

@@ -50,8 +50,6 @@ class ModelArgs(llama.ModelArgs):
 class Model(llama.Model):
     """A StarCoder2 causal LM on one backend: `model(batch, cache)` -> logits (R, V)."""
 
-    OPS = ("embed", "matmul", "layer_norm", "rope", "kv_write", "attention", "act", "binary")
-
     def make_norm(self, dim: int) -> LayerNorm:
         return LayerNorm(self.be, dim, self.args.norm_epsilon)  # always with a bias (nn.LayerNorm)
 

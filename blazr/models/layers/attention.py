@@ -74,6 +74,11 @@ class Attention(Module):
         self.q_norm = self.k_norm = None  # (Dh,) each, with qk_norm_eps
         self.alibi = None  # (H,) f32 slopes times the scale, with shape.alibi; made at load
 
+    def ops(self) -> set[str]:
+        rope = {"rope"} if self.inv_freq is not None else set()
+        norm = {"rms_norm"} if self.s.qk_norm_eps is not None else set()
+        return {"matmul", "binary", "kv_write", "attention"} | rope | norm
+
     def declare(self) -> Iterator[Weight]:
         s = self.s
         rows = {

@@ -13,6 +13,8 @@ class GatedMLP(Module):
     (2F, D) matrix, so one matmul computes both; `fused_gate_up` names a checkpoint that stores them as one
     tensor, gate rows first (Phi-3's "gate_up_proj")."""
 
+    OPS = ("matmul", "glu", "binary")
+
     def __init__(
         self,
         backend,
@@ -58,6 +60,8 @@ class GatedMLP(Module):
 class MLP(Module):
     """down(act(up(x))), with biases or without: Phi-2 ("fc1"/"fc2"), StarCoder2 ("c_fc"/"c_proj"), GPT-NeoX
     ("dense_h_to_4h"/"dense_4h_to_h"), Falcon. `names` are the checkpoint's (up, down) projections."""
+
+    OPS = ("matmul", "act", "binary")
 
     def __init__(
         self,

@@ -36,7 +36,17 @@ def fused(attr: str, parts: list[tuple[str, tuple[int, ...]]]) -> Weight:
 
 
 class Module:
-    """Base of every layer. Subclasses set their attributes in __init__ and override declare / children."""
+    """Base of every layer. Subclasses set their attributes in __init__ and override declare / children, and
+    list the backend ops they call in OPS (a layer whose ops depend on its options overrides ops())."""
+
+    OPS: tuple[str, ...] = ()  # names from blazr.backends.base.OPS
+
+    def ops(self) -> set[str]:
+        """Every backend op this module and its children call: what build_model checks the backend has."""
+        out = set(self.OPS)
+        for child in self.children().values():
+            out |= child.ops()
+        return out
 
     def declare(self) -> Iterator[Weight]:
         return iter(())

@@ -11,6 +11,8 @@ from blazr.models.layers.module import Module, Weight, weight
 class RMSNorm(Module):
     """x / sqrt(mean(x^2) + eps) * w. Gemma's (1 + w) is folded into w at load by the family's sanitize."""
 
+    OPS = ("rms_norm",)
+
     def __init__(self, backend, dim: int, eps: float):
         self.be, self.dim, self.eps = backend, dim, eps
         self.weight = None  # (D,)
@@ -24,6 +26,8 @@ class RMSNorm(Module):
 
 class LayerNorm(Module):
     """(x - mean) / sqrt(var + eps) * w (+ b): Phi-2, GPT-NeoX and Falcon with a bias, Command-R without."""
+
+    OPS = ("layer_norm",)
 
     def __init__(self, backend, dim: int, eps: float, bias: bool = True):
         self.be, self.dim, self.eps, self.has_bias = backend, dim, eps, bias
