@@ -12,9 +12,11 @@ import importlib.util
 import numpy as np
 
 from blazr.backends.array_api import ArrayAPIBackend
-from blazr.backends.base import ROPE_STYLES, Array
+from blazr.backends.base import ACTIVATIONS, ROPE_STYLES, Array
 from blazr.errors import ConfigError
 from blazr.quant import DEQUANT_TYPES, INTERNAL_TYPES, QuantRowStack, QuantWeight
+
+_NO_BIAS = np.zeros(0, dtype=np.float32)  # layer_norm's kernel without a bias
 
 # Every GGML block type the numpy dequantizer decodes can be multiplied packed (F16/BF16 are widened at load),
 # and so can blazr's own formats (I4Z: AWQ/GPTQ int4).
@@ -145,10 +147,31 @@ class Backend(ArrayAPIBackend):
             return super().kv_write(k_cache, v_cache, k, v, slots)
         self._ops.kv_write(k_cache, v_cache, k, v, slots)
 
+    def layer_norm(self, x: Array, w: Array, b: Array | None, eps: float) -> Array:
+        if self._ops is None or x.dtype != np.float32 or w.dtype != np.float32 or x.ndim != 2:
+            return super().layer_norm(x, w, b, eps)
+        if b is not None and b.dtype != np.float32:
+            return super().layer_norm(x, w, b, eps)
+        out = np.empty(x.shape, dtype=np.float32)  # (T, D)
+        self._ops.layer_norm(x, w, _NO_BIAS if b is None else b, float(eps), out)
+        return out
+
+    def act(self, x: Array, kind: str) -> Array:
+        if self._ops is None or kind not in ACTIVATIONS or x.dtype != np.float32 or x.ndim != 2:
+            return super().act(x, kind)
+        out = np.empty(x.shape, dtype=np.float32)  # (T, F)
+        self._ops.act(x, ACTIVATIONS.index(kind), out)
+        return out
+
     def glu(self, gate: Array, up: Array, kind: str) -> Array:
-        if self._ops is None or kind != "silu" or gate.dtype != np.float32 or gate.ndim != 2:
+        if self._ops is None or gate.dtype != np.float32 or gate.ndim != 2 or up.dtype != np.float32:
             return super().glu(gate, up, kind)
         out = np.empty(gate.shape, dtype=np.float32)  # (T, F)
+        if kind != "silu":
+            if kind not in ACTIVATIONS:
+                return super().glu(gate, up, kind)
+            self._ops.glu(gate, up, ACTIVATIONS.index(kind), out)
+            return out
         if self._numba_prefill and gate.shape[0] > 1:
             self._ops.silu_mul_parallel(gate, up, out)
         else:

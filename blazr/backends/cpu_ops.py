@@ -1,5 +1,5 @@
-"""numba kernels for the CPU backend's small per-token ops: RMSNorm, RoPE, KV-cache writes, the SiLU-gated
-product, and (from blazr.backends.cpu_attention) attention over the paged cache.
+"""numba kernels for the CPU backend's small per-token ops: RMSNorm, LayerNorm, RoPE, KV-cache writes, the
+activations and gated products, and (from blazr.backends.cpu_attention) attention over the paged cache.
 
 Why: in a decode step of a small model these ops run ~10 times per layer on tensors of a few KB, and numpy
 spends most of their time in per-call overhead and in one full pass over memory per elementwise op (numpy
@@ -99,6 +99,62 @@ def _silu_mul_row(g_row, u_row, o_row):
     for i in range(g_row.size):
         g = g_row[i]
         o_row[i] = g / (np.float32(1.0) + np.exp(min(-g, np.float32(88.0)))) * u_row[i]
+
+
+# act / glu kinds other than the SiLU product, numbered as blazr.backends.base.ACTIVATIONS
+GELU, GELU_TANH, RELU, TANH = 1, 2, 3, 4
+
+
+@njit(inline="always")
+def _activation(g, kind):
+    """One activation of a float32 value, computed in float64 (as the float64 reference is)."""
+    v = np.float64(g)
+    if kind == GELU:
+        return np.float32(0.5 * v * (1.0 + math.erf(v * 0.7071067811865476)))
+    if kind == GELU_TANH:
+        return np.float32(0.5 * v * (1.0 + math.tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))))
+    if kind == RELU:
+        return np.float32(max(v, 0.0))
+    if kind == TANH:
+        return np.float32(math.tanh(v))
+    return np.float32(v / (1.0 + math.exp(min(-v, 88.0))))  # SiLU
+
+
+@njit(cache=True, nogil=True)
+def act(x, kind, out):
+    """out (T, F) = act(x (T, F)): GELU, GELU-tanh, ReLU, tanh or SiLU by `kind` (see _activation)."""
+    for t in range(x.shape[0]):
+        for i in range(x.shape[1]):
+            out[t, i] = _activation(x[t, i], kind)
+
+
+@njit(cache=True, nogil=True)
+def glu(gate, up, kind, out):
+    """out (T, F) = act(gate) * up: GeGLU (Gemma's GELU-tanh) and the other gated kinds but SiLU's."""
+    for t in range(gate.shape[0]):
+        for i in range(gate.shape[1]):
+            out[t, i] = _activation(gate[t, i], kind) * up[t, i]
+
+
+@njit(cache=True, fastmath=True, nogil=True)
+def layer_norm(x, w, b, eps, out):
+    """out (T, D) = (x - mean) / sqrt(var + eps) * w (+ b when b holds D values; an empty b: no bias), the
+    mean and variance in float64."""
+    t_len, d = x.shape
+    has_bias = b.shape[0] == d
+    for t in range(t_len):
+        total = 0.0
+        for i in range(d):
+            total += np.float64(x[t, i])
+        mean = total / d
+        acc = 0.0
+        for i in range(d):
+            v = np.float64(x[t, i]) - mean
+            acc += v * v
+        r = 1.0 / math.sqrt(acc / d + eps)
+        for i in range(d):
+            y = np.float32((np.float64(x[t, i]) - mean) * r) * w[i]
+            out[t, i] = y + b[i] if has_bias else y
 
 
 @njit(cache=True, fastmath=True, nogil=True)
