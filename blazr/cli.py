@@ -14,8 +14,10 @@ from blazr import __version__
 from blazr.commands import bench, completions, devices, generate, models, repl, serve
 from blazr.errors import BlazrError
 
-# optional module -> the extra that provides it (pyproject [project.optional-dependencies])
-OPTIONAL_FEATURES = (("wgpu", "wgpu"), ("cupy", "cuda"), ("quart", "server"), ("soundfile", "audio"))
+# optional module -> the feature it gives (pyproject [project.optional-dependencies]). Only features with code
+# behind them are here: a CUDA backend and speech are not built yet, so having cupy or soundfile installed
+# adds nothing to --version.
+OPTIONAL_FEATURES = (("wgpu", "wgpu"), ("quart", "server"))
 
 
 class BlazrGroup(TyperGroup):
@@ -40,8 +42,21 @@ app = typer.Typer(
 
 
 def enabled_features() -> list[str]:
-    """The optional extras whose module is installed (found without importing it: cupy takes seconds)."""
-    return [extra for module, extra in OPTIONAL_FEATURES if importlib.util.find_spec(module) is not None]
+    """The optional features that work here: the module installed and, for wgpu, an adapter found."""
+    found = [extra for module, extra in OPTIONAL_FEATURES if importlib.util.find_spec(module) is not None]
+    if "wgpu" in found and not _wgpu_adapter_found():
+        found.remove("wgpu")
+    return found
+
+
+def _wgpu_adapter_found() -> bool:
+    """Whether the WGSL backend can run here: its library loads and finds at least one adapter."""
+    try:
+        from blazr.backends.wgpu_device import list_adapters
+
+        return bool(list_adapters())
+    except (BlazrError, ImportError, OSError, RuntimeError):
+        return False
 
 
 def version_text() -> str:

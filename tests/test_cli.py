@@ -102,7 +102,7 @@ def test_version_through_the_entry_point():
     )
     assert proc.returncode == 0, proc.stderr
     assert re.fullmatch(
-        rf"blazr {re.escape(__version__)}( \((wgpu|cuda|server|audio)(, \w+)*\))?\n", proc.stdout
+        rf"blazr {re.escape(__version__)}( \((wgpu|server)(, (wgpu|server))*\))?\n", proc.stdout
     )
 
 
@@ -463,3 +463,19 @@ def test_run_with_prompt_answers_once(smollm2_models):
     assert result.exit_code == 0, result.stderr
     assert "4" in result.stdout
     assert re.search(r"\[\d+ tokens, [\d.]+ tok/s, [\d.]+s\]", result.stderr)
+
+
+def test_version_lists_only_features_that_work(monkeypatch):
+    """Installed packages alone add nothing: cupy and soundfile have no code behind them yet, and wgpu counts
+    only when an adapter is found."""
+    import importlib.util
+
+    import blazr.cli as cli
+
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: object()
+    )  # every optional package installed
+    monkeypatch.setattr(cli, "_wgpu_adapter_found", lambda: False)
+    assert cli.enabled_features() == ["server"]
+    monkeypatch.setattr(cli, "_wgpu_adapter_found", lambda: True)
+    assert cli.enabled_features() == ["wgpu", "server"]
