@@ -11,14 +11,14 @@ attributes (EMBED, LAYERS, NORM, HEAD).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from blazr.models.base import Array, Step, check_weights, host_array, trace, upload_batch, weight_uploader
 from blazr.models.batch import ForwardBatch
-from blazr.models.layers.module import Module, Weight, weight
+from blazr.models.layers.embedding import Embedding
+from blazr.models.layers.module import Module
 
 KVCache = list[tuple[Array, Array]]  # per layer (k_cache, v_cache), each (S, Hkv, Dh)
 
@@ -177,21 +177,6 @@ class SandwichBlock(Module):
         x = be.binary("add", x, h)  # (T, D)
         trace("l_out", i, x)
         return x
-
-
-class Embedding(Module):
-    """A (V, D) table: the token embeddings, and the LM head (with a bias in Phi-2)."""
-
-    OPS = ("embed",)
-
-    def __init__(self, backend, vocab: int, dim: int, bias: bool = False):
-        self.be, self.vocab, self.dim, self.has_bias = backend, vocab, dim, bias
-        self.weight = self.bias = None  # (V, D), (V,) or None
-
-    def declare(self) -> Iterator[Weight]:
-        yield weight("weight", "weight", (self.vocab, self.dim))
-        if self.has_bias:
-            yield weight("bias", "bias", (self.vocab,))
 
 
 class DecoderLM(Module):
