@@ -32,14 +32,6 @@ class ModelArgs(llama.ModelArgs):
         if self.use_qk_norm:  # Command-R+: a LayerNorm per head with per-head weights, not built here
             raise UnsupportedError("cohere with use_qk_norm (Command-R+) is not supported")
 
-    @property
-    def qkv_bias(self) -> bool:
-        return self.attention_bias
-
-    @property
-    def o_bias(self) -> bool:
-        return self.attention_bias
-
     def layer_window(self, layer: int) -> int:
         return 0  # Command-R has no sliding window (Cohere2 / Command R7B does: another family)
 

@@ -33,7 +33,7 @@ from blazr.models.layers.attention import Attention, AttentionShape
 from blazr.models.layers.mlp import MLP
 from blazr.models.layers.module import Module
 from blazr.models.layers.norm import LayerNorm
-from blazr.models.layers.rope import rope_parameters, rope_type
+from blazr.models.layers.rope import device_rope, theta_and_scaling
 
 QKV = "query_key_value"
 GROUPED, MULTI_QUERY, PER_HEAD = "grouped", "multi_query", "per_head"  # the fused rows' layouts
@@ -94,10 +94,9 @@ class ModelArgs(BaseModelArgs):
                 f"num_attention_heads {self.num_attention_heads} is not a multiple of "
                 f"num_kv_heads {self.num_key_value_heads}"
             )
-        if self.rope_parameters:
-            self.rope_theta = self.rope_parameters.get("rope_theta", self.rope_theta)
-            if self.rope_scaling is None and rope_type(self.rope_parameters) != "default":
-                self.rope_scaling = self.rope_parameters
+        self.rope_theta, self.rope_scaling = theta_and_scaling(
+            self.rope_theta, self.rope_scaling, self.rope_parameters
+        )
 
     @property
     def head_dim(self) -> int:
@@ -135,11 +134,9 @@ class Model(DecoderLM):
 
     def __init__(self, args: ModelArgs, backend, dtype: str | None = None):
         a = args
-        inv_freq, self.attention_scaling = rope_parameters(
-            a.head_dim, a.rope_theta, a.rope_scaling, a.max_position_embeddings
-        )
-        # (Dh/2,) kept in f32 whatever the compute dtype; none with ALiBi (Falcon-RW), which replaces RoPE
-        self.inv_freq = None if a.alibi else backend.upload(inv_freq, "f32")
+        # (Dh/2,) on the device; none with ALiBi (Falcon-RW), which replaces RoPE
+        rope = device_rope(backend, a.head_dim, a.rope_theta, a.rope_scaling, a.max_position_embeddings)
+        self.inv_freq, self.attention_scaling = (None, 1.0) if a.alibi else rope
         self.attention_shape = AttentionShape(
             a.hidden_size,
             a.num_attention_heads,

@@ -19,7 +19,7 @@ from blazr.models.decoder import DecoderLM, PreNormBlock
 from blazr.models.layers.attention import Attention, AttentionShape
 from blazr.models.layers.mlp import GatedMLP
 from blazr.models.layers.norm import RMSNorm
-from blazr.models.layers.rope import rope_parameters, rope_type
+from blazr.models.layers.rope import device_rope, theta_and_scaling
 
 
 @dataclass
@@ -52,10 +52,9 @@ class ModelArgs(BaseModelArgs):
     def __post_init__(self):
         if self.hidden_act == "gelu":
             self.hidden_act = "gelu_pytorch_tanh"
-        if self.rope_parameters:
-            self.rope_theta = self.rope_parameters.get("rope_theta", self.rope_theta)
-            if self.rope_scaling is None and rope_type(self.rope_parameters) != "default":
-                self.rope_scaling = self.rope_parameters
+        self.rope_theta, self.rope_scaling = theta_and_scaling(
+            self.rope_theta, self.rope_scaling, self.rope_parameters
+        )
         if self.activation not in HF_ACTIVATIONS:
             known = ", ".join(HF_ACTIVATIONS)
             raise UnsupportedError(
@@ -85,10 +84,9 @@ class Model(DecoderLM):
 
     def __init__(self, args: ModelArgs, backend, dtype: str | None = None):
         a = args
-        inv_freq, self.attention_scaling = rope_parameters(
-            a.head_dim, a.rope_theta, a.rope_scaling, a.max_position_embeddings
-        )
-        self.inv_freq = backend.upload(inv_freq, "f32")  # (Dh/2,) kept in f32 whatever the compute dtype
+        self.inv_freq, self.attention_scaling = device_rope(
+            backend, a.head_dim, a.rope_theta, a.rope_scaling, a.max_position_embeddings
+        )  # (R/2,) f32
         self.attention_shape = self.make_attention_shape(a)
         super().__init__(args, backend, dtype)
         # transformers multiplies by sqrt(D) held in the weights' dtype (the compute dtype here)

@@ -20,7 +20,7 @@ from blazr.models.decoder import DecoderLM, SandwichBlock
 from blazr.models.layers.attention import Attention, AttentionShape
 from blazr.models.layers.mlp import GatedMLP
 from blazr.models.layers.norm import RMSNorm
-from blazr.models.layers.rope import rope_parameters, rope_type
+from blazr.models.layers.rope import device_rope, rope_type
 
 LOCAL, GLOBAL = "sliding_attention", "full_attention"
 
@@ -92,8 +92,9 @@ class Model(DecoderLM):
         self.rope_tables = {}  # layer type -> (inv_freq (Dh/2,) on the device, attention scaling)
         for kind in set(a.layer_types):
             theta, scaling = a.rope(kind)
-            inv_freq, scale = rope_parameters(a.head_dim, theta, scaling, a.max_position_embeddings)
-            self.rope_tables[kind] = (backend.upload(inv_freq, "f32"), scale)
+            self.rope_tables[kind] = device_rope(
+                backend, a.head_dim, theta, scaling, a.max_position_embeddings
+            )
         self.attention_shape = AttentionShape(
             a.hidden_size,
             a.num_attention_heads,

@@ -21,7 +21,7 @@ from blazr.models.layers.attention import Attention, AttentionShape
 from blazr.models.layers.mlp import MLP
 from blazr.models.layers.module import Module
 from blazr.models.layers.norm import LayerNorm
-from blazr.models.layers.rope import rope_parameters, rope_type
+from blazr.models.layers.rope import device_rope, rope_type
 
 QKV = "query_key_value"
 
@@ -96,10 +96,9 @@ class Model(DecoderLM):
 
     def __init__(self, args: ModelArgs, backend, dtype: str | None = None):
         a = args
-        inv_freq, self.attention_scaling = rope_parameters(
-            a.rot_dim, a.rotary_emb_base, a.rope_scaling, a.max_position_embeddings
-        )
-        self.inv_freq = backend.upload(inv_freq, "f32")  # (R/2,) kept in f32 whatever the compute dtype
+        self.inv_freq, self.attention_scaling = device_rope(
+            backend, a.rot_dim, a.rotary_emb_base, a.rope_scaling, a.max_position_embeddings
+        )  # (R/2,) f32
         self.attention_shape = AttentionShape(
             a.hidden_size,
             a.num_attention_heads,

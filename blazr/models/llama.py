@@ -16,7 +16,7 @@ from blazr.models.decoder import DecoderLM, PreNormBlock
 from blazr.models.layers.attention import Attention, AttentionShape
 from blazr.models.layers.mlp import GatedMLP
 from blazr.models.layers.norm import RMSNorm
-from blazr.models.layers.rope import rope_parameters, rope_type
+from blazr.models.layers.rope import device_rope, theta_and_scaling
 
 
 @dataclass
@@ -49,10 +49,9 @@ class ModelArgs(BaseModelArgs):
     def __post_init__(self):
         self.num_key_value_heads = self.num_key_value_heads or self.num_attention_heads
         self.head_dim = self.head_dim or self.hidden_size // self.num_attention_heads
-        if self.rope_parameters:
-            self.rope_theta = self.rope_parameters.get("rope_theta", self.rope_theta)
-            if self.rope_scaling is None and rope_type(self.rope_parameters) != "default":
-                self.rope_scaling = self.rope_parameters
+        self.rope_theta, self.rope_scaling = theta_and_scaling(
+            self.rope_theta, self.rope_scaling, self.rope_parameters
+        )
         if self.num_attention_heads % self.num_key_value_heads:
             raise UnsupportedError(
                 f"num_attention_heads {self.num_attention_heads} is not a multiple of "
@@ -102,10 +101,9 @@ class Model(DecoderLM):
     """A Llama-family causal LM on one backend: `model(batch, cache)` -> logits (R, V)."""
 
     def __init__(self, args: ModelArgs, backend, dtype: str | None = None):
-        inv_freq, self.attention_scaling = rope_parameters(
-            args.rot_dim, args.rope_theta, args.rope_scaling, args.max_position_embeddings
-        )
-        self.inv_freq = backend.upload(inv_freq, "f32")  # (R/2,) kept in f32 whatever the compute dtype
+        self.inv_freq, self.attention_scaling = device_rope(
+            backend, args.rot_dim, args.rope_theta, args.rope_scaling, args.max_position_embeddings
+        )  # (R/2,) f32
         a = args
         self.attention_shape = AttentionShape(
             a.hidden_size,

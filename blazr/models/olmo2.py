@@ -29,14 +29,6 @@ class ModelArgs(llama.ModelArgs):
     def qk_norm_eps(self) -> float | None:
         return self.rms_norm_eps
 
-    @property
-    def qkv_bias(self) -> bool:
-        return self.attention_bias
-
-    @property
-    def o_bias(self) -> bool:
-        return self.attention_bias
-
     def layer_window(self, layer: int) -> int:
         return 0  # OLMo 2 has no sliding window
 

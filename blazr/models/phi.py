@@ -18,7 +18,7 @@ from blazr.models.decoder import DecoderLM, ParallelBlock
 from blazr.models.layers.attention import Attention, AttentionShape
 from blazr.models.layers.mlp import MLP
 from blazr.models.layers.norm import LayerNorm
-from blazr.models.layers.rope import rope_parameters, rope_type
+from blazr.models.layers.rope import device_rope, rope_type
 
 # transformers' "gelu_new" is the tanh approximation of GELU (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))))
 ACTIVATIONS = HF_ACTIVATIONS | {"gelu_new": "gelu_tanh"}
@@ -86,10 +86,9 @@ class Model(DecoderLM):
 
     def __init__(self, args: ModelArgs, backend, dtype: str | None = None):
         a = args
-        inv_freq, self.attention_scaling = rope_parameters(
-            a.rot_dim, a.rope_theta, a.rope_scaling, a.max_position_embeddings
-        )
-        self.inv_freq = backend.upload(inv_freq, "f32")  # (R/2,) kept in f32 whatever the compute dtype
+        self.inv_freq, self.attention_scaling = device_rope(
+            backend, a.rot_dim, a.rope_theta, a.rope_scaling, a.max_position_embeddings
+        )  # (R/2,) f32
         self.attention_shape = AttentionShape(
             a.hidden_size,
             a.num_attention_heads,

@@ -15,14 +15,6 @@ class ModelArgs(llama.ModelArgs):
     head_dim: int | None = 128  # Qwen3 configs give it; 128 is transformers' default when they do not
 
     @property
-    def qkv_bias(self) -> bool:
-        return self.attention_bias
-
-    @property
-    def o_bias(self) -> bool:
-        return self.attention_bias
-
-    @property
     def qk_norm_eps(self) -> float | None:
         return self.rms_norm_eps
 

@@ -38,14 +38,6 @@ class ModelArgs(llama.ModelArgs):
                 for rope in self.no_rope_layers
             ]
 
-    @property
-    def qkv_bias(self) -> bool:
-        return self.attention_bias
-
-    @property
-    def o_bias(self) -> bool:
-        return self.attention_bias
-
     def layer_window(self, layer: int) -> int:
         if not (self.use_sliding_window and self.sliding_window):
             return 0

@@ -168,3 +168,19 @@ def rope_parameters(
     compute = _ROPE_FUNCTIONS[kind]
     inv_freq, attention_scaling = compute(theta, rot_dim, scaling, max_position_embeddings, seq_len)
     return inv_freq.astype(np.float32), float(attention_scaling)
+
+
+def device_rope(backend, rot_dim: int, theta: float, scaling=None, max_position_embeddings: int = 2048):
+    """(inv_freq (R/2,) on the device, attention scaling): kept in float32 whatever the compute dtype."""
+    inv_freq, attention_scaling = rope_parameters(rot_dim, theta, scaling, max_position_embeddings)
+    return backend.upload(inv_freq, "f32"), attention_scaling
+
+
+def theta_and_scaling(theta: float, scaling: dict[str, Any] | None, parameters: dict[str, Any] | None):
+    """(theta, scaling) from a config that may use transformers v5's rope_parameters (theta and scaling in one
+    dict); an explicit rope_scaling wins over the one rope_parameters implies."""
+    if parameters:
+        theta = parameters.get("rope_theta", theta)
+        if scaling is None and rope_type(parameters) != "default":
+            scaling = parameters
+    return theta, scaling
