@@ -80,10 +80,10 @@ def write_checkpoint(name: str, fmt: str, dtype: str, tmp_path: Path) -> Path:
     return path
 
 
-def expected_disk_dtype(fmt: str, dtype: str, shape: tuple[int, ...]) -> str:
+def expected_disk_dtype(fmt: str, dtype: str, shape: tuple[int, ...], name: str = "") -> str:
     if fmt == "safetensors":
         return {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}[dtype]
-    return "F32" if gguf_keeps_f32(shape) else dtype
+    return "F32" if gguf_keeps_f32(shape, name) else dtype
 
 
 def greedy_run(model, backend, prompt: list[int], new_tokens: int) -> tuple[np.ndarray, np.ndarray]:
@@ -130,7 +130,7 @@ def test_tiny_model_matches_transformers(name, fmt, dtype, storage, tmp_path):
     )
     checkpoint = load_checkpoint(write_checkpoint(name, fmt, dtype, tmp_path))
     tensors = checkpoint.tensors.items()
-    wrong = {k: t.dtype for k, t in tensors if t.dtype != expected_disk_dtype(fmt, dtype, t.shape)}
+    wrong = {k: t.dtype for k, t in tensors if t.dtype != expected_disk_dtype(fmt, dtype, t.shape, k)}
     assert not wrong, f"tensors stored in an unexpected dtype: {wrong}"
 
     backend = get_backend("cpu")

@@ -13,6 +13,7 @@ import hashlib
 import importlib
 import json
 import pkgutil
+import re
 import struct
 from pathlib import Path
 
@@ -228,9 +229,14 @@ def from_bf16_bits(b: np.ndarray) -> np.ndarray:
     return (b.astype(np.uint32) << 16).view(np.float32)
 
 
-def gguf_keeps_f32(shape: tuple[int, ...]) -> bool:
-    """llama.cpp's converter keeps 1-D tensors (norms, biases) in F32 even in an F16 file."""
-    return len(shape) <= 1
+# mixture-of-experts routers (Mixtral's block_sparse_moe.gate, Qwen2-MoE's shared_expert_gate): F32 in llama.cpp
+_GGUF_F32_NAMES = re.compile(r"(\.gate|shared_expert_gate)\.weight$")
+
+
+def gguf_keeps_f32(shape: tuple[int, ...], name: str = "") -> bool:
+    """llama.cpp's converter keeps 1-D tensors (norms, biases) and MoE routers (ffn_gate_inp, ffn_gate_inp_shexp)
+    in F32 even in an F16 file."""
+    return len(shape) <= 1 or bool(_GGUF_F32_NAMES.search(name))
 
 
 def round_weights(weights: dict[str, np.ndarray], storage: str) -> dict[str, np.ndarray]:
@@ -242,7 +248,7 @@ def round_weights(weights: dict[str, np.ndarray], storage: str) -> dict[str, np.
     if storage == "bf16":
         return {k: from_bf16_bits(to_bf16_bits(a)) for k, a in weights.items()}
     if storage == "gguf_f16":
-        keep = {k for k, a in weights.items() if gguf_keeps_f32(a.shape)}
+        keep = {k for k, a in weights.items() if gguf_keeps_f32(a.shape, k)}
         return {k: a if k in keep else a.astype(np.float16).astype(np.float32) for k, a in weights.items()}
     raise ValueError(f"unknown storage {storage!r}; expected one of {STORAGES}")
 

@@ -45,6 +45,10 @@ FAMILIES: tuple[Family, ...] = (
     Family("starcoder2", ("Starcoder2ForCausalLM",), ("starcoder2",), ("starcoder2",)),
     Family("gpt_neox", ("GPTNeoXForCausalLM",), ("gpt_neox",), ("gptneox",)),
     Family("falcon", ("FalconForCausalLM",), ("falcon",), ("falcon",)),
+    # llama.cpp writes Mixtral as "llama" with an expert count: llama.gguf_config hands it on
+    Family("mixtral", ("MixtralForCausalLM",), ("mixtral",), ()),
+    Family("qwen2_moe", ("Qwen2MoeForCausalLM",), ("qwen2_moe",), ("qwen2moe",)),
+    Family("olmoe", ("OlmoeForCausalLM",), ("olmoe",), ("olmoe",)),
 )
 
 ARCHITECTURES = {name: f.module for f in FAMILIES for name in f.architectures}

@@ -15,6 +15,7 @@ from blazr.models.base import HF_ACTIVATIONS, BaseModelArgs
 from blazr.models.decoder import DecoderLM, PreNormBlock
 from blazr.models.layers.attention import Attention, AttentionShape
 from blazr.models.layers.mlp import GatedMLP
+from blazr.models.layers.moe import GGUF_EXPERT_NAMES
 from blazr.models.layers.norm import RMSNorm
 from blazr.models.layers.rope import device_rope, theta_and_scaling
 
@@ -142,13 +143,20 @@ GGUF_MODEL_TYPES = {
     "mistral": ("mistral", "MistralForCausalLM"),
     "qwen2": ("qwen2", "Qwen2ForCausalLM"),
 }
-GGUF_TENSOR_NAMES: dict[str, str] = {}  # the generic table (loaders.gguf.GGUF_TO_HF) names every tensor
+# the generic table (loaders.gguf.GGUF_TO_HF) names a dense model's tensors; Mixtral's experts come as
+# "llama" too: one 3-D tensor per projection, or (older converters) one 2-D tensor per expert
+GGUF_TENSOR_NAMES: dict[str, str] = GGUF_EXPERT_NAMES | {
+    f"blk.{{N}}.ffn_{part}.{{E}}": f"model.layers.{{N}}.mlp.experts.{{E}}.{hf}"
+    for part, hf in (("gate", "w1"), ("up", "w3"), ("down", "w2"))
+}
 GGUF_QK_PERMUTED = frozenset({"llama", "mistral"})  # LlamaModel.permute interleaved their q/k rows for RoPE
 
 
 def gguf_config(arch: str, get, config: dict[str, Any]) -> dict[str, Any]:
     """The family's part of a GGUF file's HF config: its model_type and architecture."""
     model_type, hf_arch = GGUF_MODEL_TYPES[arch]
+    if arch == "llama" and config.get("num_local_experts"):  # llama.cpp writes Mixtral as "llama"
+        return config | {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"]}
     if arch == "llama" and config.get("sliding_window"):
         # HF Llama ignores sliding_window, Mistral applies it
         model_type, hf_arch = "mistral", "MistralForCausalLM"

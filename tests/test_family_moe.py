@@ -1,0 +1,153 @@
+"""Mixtral, Qwen2-MoE and OLMoE beyond tests/test_parity.py: the expert layouts a checkpoint may hold
+(transformers 5's fused 3-D tensors as well as per-expert ones), Mixtral's GGUF arriving as "llama", and the
+errors: an expert count or top-k the tensors disagree with names the config key and the tensor, and a
+quantized expert tensor is refused by name rather than widened."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.test_parity import GOLDEN, LOGIT_ATOL, PROMPT_IDS, greedy_run, load_golden
+from tests.tiny_models import tiny_config, tiny_weights, transformers_checkpoint, write_safetensors
+
+MOE = ("mixtral", "qwen2_moe", "olmoe")
+COUNT_KEY = {"mixtral": "num_local_experts", "qwen2_moe": "num_experts", "olmoe": "num_experts"}
+
+
+def _cpu():
+    from blazr.backends import get_backend
+
+    return get_backend("cpu")
+
+
+def _checkpoint(name: str, tmp_path: Path, **overrides):
+    from blazr.loaders import load_checkpoint
+
+    write_safetensors(name, tmp_path)
+    config_path = tmp_path / "config.json"
+    config_path.write_text(json.dumps(json.loads(config_path.read_text()) | overrides))
+    return load_checkpoint(tmp_path)
+
+
+@pytest.mark.parametrize("name", MOE)
+def test_moe_layer_declares_its_ops(name, tmp_path):
+    from blazr.models import build_model
+
+    model = build_model(_checkpoint(name, tmp_path), _cpu())
+    ops = {op for op, _, _ in model.required_ops()}
+    assert {"matmul_experts", "topk", "softmax", "glu"} <= ops
+    assert ("act" in ops) == (name == "qwen2_moe")  # the shared expert's sigmoid gate is a tanh
+
+
+@pytest.mark.parametrize("name", MOE)
+def test_transformers5_fused_experts_load_as_per_expert_ones(name, tmp_path):
+    """A checkpoint saved with transformers 5's state-dict names (experts.gate_up_proj (E, 2F, D),
+    experts.down_proj (E, D, F)) runs as the per-expert checkpoint does: the golden greedy ids."""
+    from blazr.models import build_model
+
+    checkpoint = _checkpoint(name, tmp_path)
+    _, fused = transformers_checkpoint(name, tiny_weights(name))
+    assert any(k.endswith("experts.gate_up_proj") for k in fused)
+    checkpoint.tensors = fused
+    golden = load_golden(name, "f32")
+    ids, logits = greedy_run(build_model(checkpoint, _cpu()), _cpu(), list(PROMPT_IDS), 8)
+    assert np.array_equal(ids, golden["ids"][:8])
+    assert np.abs(logits - golden["logits"][: len(logits)]).max() <= LOGIT_ATOL
+
+
+def test_mixtral_gguf_is_llama_with_experts():
+    from blazr.loaders import load_checkpoint
+
+    checkpoint = load_checkpoint(GOLDEN / "gguf" / "mixtral_f32.gguf")
+    assert checkpoint.gguf_metadata["general.architecture"] == "llama"
+    assert checkpoint.config["architectures"] == ["MixtralForCausalLM"]
+    assert checkpoint.config["num_local_experts"] == tiny_config("mixtral")["num_local_experts"]
+    assert checkpoint.tensors["model.layers.0.mlp.experts.gate_proj.weight"].shape[0] == 4
+
+
+@pytest.mark.parametrize("name", MOE)
+@pytest.mark.parametrize("experts", [3, 5])
+def test_expert_count_other_than_the_tensors_names_key_and_tensor(name, experts, tmp_path):
+    from blazr.errors import CheckpointError
+    from blazr.models import build_model
+
+    key = COUNT_KEY[name]
+    checkpoint = _checkpoint(name, tmp_path, **{key: experts})
+    with pytest.raises(CheckpointError, match=rf"{key} = {experts}") as err:
+        build_model(checkpoint, _cpu())
+    assert "model.layers.0.mlp." in str(err.value)
+
+
+@pytest.mark.parametrize("name", MOE)
+def test_gguf_expert_count_other_than_the_tensors_names_key_and_tensor(name):
+    from blazr.errors import CheckpointError
+    from blazr.loaders import load_checkpoint
+    from blazr.models import build_model
+
+    checkpoint = load_checkpoint(GOLDEN / "gguf" / f"{name}_f32.gguf")
+    key = "num_local_experts"  # the GGUF expert_count key, as the loader names it
+    checkpoint.config = checkpoint.config | {key: 2, "num_experts_per_tok": 1}
+    with pytest.raises(CheckpointError, match=r"holds 4 experts but config num_\w+ = 2"):
+        build_model(checkpoint, _cpu())
+
+
+@pytest.mark.parametrize("name", MOE)
+def test_top_k_above_the_expert_count_names_both_keys(name, tmp_path):
+    from blazr.errors import ConfigError
+    from blazr.models import build_model
+
+    checkpoint = _checkpoint(name, tmp_path, num_experts_per_tok=5)
+    with pytest.raises(ConfigError, match=rf"num_experts_per_tok 5 .*{COUNT_KEY[name]} \(4\)"):
+        build_model(checkpoint, _cpu())
+
+
+@pytest.mark.parametrize("name", MOE)
+def test_quantized_expert_tensor_is_refused_by_name(name):
+    """3-D quantized experts are a later step: refused naming the tensor, never dequantized to float."""
+    from blazr.errors import UnsupportedError
+    from blazr.loaders import load_checkpoint
+    from blazr.models import build_model
+
+    checkpoint = load_checkpoint(GOLDEN / "gguf" / f"{name}_f32.gguf")
+    target = "model.layers.1.mlp.experts.down_proj.weight"
+
+    def never_read():
+        raise AssertionError("a quantized expert tensor was read")
+
+    fake = dataclasses.replace(checkpoint.tensors[target], dtype="Q4_K", _read=never_read)
+    checkpoint.tensors = checkpoint.tensors | {target: fake}
+    with pytest.raises(UnsupportedError, match=rf"{target}.*Q4_K"):
+        build_model(checkpoint, _cpu())
+
+
+def test_mixtral_gguf_with_one_tensor_per_expert():
+    """Older llama.cpp converters wrote Mixtral's experts one 2-D tensor each (blk.N.ffn_gate.E): they map to
+    the checkpoint's per-expert names and run as the merged 3-D tensors do."""
+    from blazr.loaders import load_checkpoint
+    from blazr.loaders.gguf import GGUF_TO_HF, hf_name
+    from blazr.models import build_model, llama
+
+    table = GGUF_TO_HF | llama.GGUF_TENSOR_NAMES
+    assert hf_name("blk.1.ffn_gate.3.weight", table) == "model.layers.1.mlp.experts.3.w1.weight"
+    assert hf_name("blk.1.ffn_up.3.weight", table) == "model.layers.1.mlp.experts.3.w3.weight"
+    assert hf_name("blk.1.ffn_down.3.weight", table) == "model.layers.1.mlp.experts.3.w2.weight"
+    checkpoint = load_checkpoint(GOLDEN / "gguf" / "mixtral_f32.gguf")
+    split = {}
+    for name, tensor in checkpoint.tensors.items():
+        part = next((p for p in ("gate", "up", "down") if name.endswith(f"experts.{p}_proj.weight")), None)
+        if part is None:
+            split[name] = tensor
+            continue
+        word = {"gate": "w1", "up": "w3", "down": "w2"}[part]
+        for e, rows in enumerate(tensor.load()):  # (E, rows, cols) -> E tensors (rows, cols)
+            split[name.replace(f"experts.{part}_proj", f"experts.{e}.{word}")] = rows
+    checkpoint.tensors = split
+    golden = load_golden("mixtral", "f32")
+    ids, logits = greedy_run(build_model(checkpoint, _cpu()), _cpu(), list(PROMPT_IDS), 8)
+    assert np.array_equal(ids, golden["ids"][:8])
+    assert np.abs(logits - golden["logits"][: len(logits)]).max() <= LOGIT_ATOL
