@@ -1,6 +1,6 @@
-"""Mixtral, Qwen2-MoE and OLMoE beyond tests/test_parity.py: the expert layouts a checkpoint may hold
-(transformers 5's fused 3-D tensors as well as per-expert ones), Mixtral's GGUF arriving as "llama", and the
-errors: an expert count or top-k the tensors disagree with names the config key and the tensor, and a
+"""Mixtral, Qwen2-MoE, OLMoE, Qwen3-MoE and Granite-MoE beyond tests/test_parity.py: the expert layouts a
+checkpoint may hold (transformers 5's fused 3-D tensors as well as per-expert ones), Mixtral's GGUF arriving as
+"llama", Granite-MoE's routing and the GGUF configs of the two last, and the errors: an expert count or top-k the tensors disagree with names the config key and the tensor, and a
 quantized expert tensor is refused by name rather than widened."""
 
 from __future__ import annotations
@@ -15,8 +15,14 @@ import pytest
 from tests.test_parity import GOLDEN, LOGIT_ATOL, PROMPT_IDS, greedy_run, load_golden
 from tests.tiny_models import tiny_config, tiny_weights, transformers_checkpoint, write_safetensors
 
-MOE = ("mixtral", "qwen2_moe", "olmoe")
-COUNT_KEY = {"mixtral": "num_local_experts", "qwen2_moe": "num_experts", "olmoe": "num_experts"}
+MOE = ("mixtral", "qwen2_moe", "olmoe", "qwen3_moe", "granitemoe")
+COUNT_KEY = {
+    "mixtral": "num_local_experts",
+    "qwen2_moe": "num_experts",
+    "olmoe": "num_experts",
+    "qwen3_moe": "num_experts",
+    "granitemoe": "num_local_experts",
+}
 
 
 def _cpu():
@@ -80,7 +86,9 @@ def test_expert_count_other_than_the_tensors_names_key_and_tensor(name, experts,
     checkpoint = _checkpoint(name, tmp_path, **{key: experts})
     with pytest.raises(CheckpointError, match=rf"{key} = {experts}") as err:
         build_model(checkpoint, _cpu())
-    assert "model.layers.0.mlp." in str(err.value)
+    # the tensor as the checkpoint names it (Granite-MoE keeps its experts under block_sparse_moe)
+    where = "model.layers.0.block_sparse_moe." if name == "granitemoe" else "model.layers.0.mlp."
+    assert where in str(err.value)
 
 
 @pytest.mark.parametrize("name", MOE)
@@ -151,3 +159,67 @@ def test_mixtral_gguf_with_one_tensor_per_expert():
     ids, logits = greedy_run(build_model(checkpoint, _cpu()), _cpu(), list(PROMPT_IDS), 8)
     assert np.array_equal(ids, golden["ids"][:8])
     assert np.abs(logits - golden["logits"][: len(logits)]).max() <= LOGIT_ATOL
+
+
+def test_granitemoe_routing_is_a_softmax_over_the_top_k_logits():
+    """transformers' GraniteMoe router: top k of the logits, then a softmax over those k. SparseMoE's
+    renormalised top k of the full softmax gives the same weights, largest first."""
+    from blazr.models.base import record_trace
+    from blazr.models.layers.moe import SparseMoE
+
+    be, rng = _cpu(), np.random.default_rng(0)
+    t, d, f, e, k = 5, 8, 6, 4, 2
+    moe = SparseMoE(be, d, f, e, k, "silu", 0, norm_topk_prob=True)
+    router = rng.standard_normal((e, d)).astype(np.float32)  # (E, D)
+    moe.router = be.upload(router, "f32")
+    moe.gate_up_proj = be.upload(rng.standard_normal((e, 2 * f, d)).astype(np.float32), "f32")  # (E, 2F, D)
+    moe.down_proj = be.upload(rng.standard_normal((e, d, f)).astype(np.float32), "f32")  # (E, D, F)
+    x = rng.standard_normal((t, d)).astype(np.float32)  # (T, D)
+    with record_trace(be) as rec:
+        moe(be.upload(x, "f32"))
+    top = -np.sort(-(x @ router.T), axis=-1)[:, :k]  # (T, k) largest logits first
+    want = np.exp(top - top[:, :1])
+    want /= want.sum(axis=-1, keepdims=True)
+    np.testing.assert_allclose(rec[("ffn_moe_weights", 0)], want, rtol=1e-5, atol=1e-6)
+
+
+def test_qwen3_moe_gguf_config_reads_as_llama_cpp_runs_it():
+    """llama.cpp's qwen3moe graph renormalises the k weights and makes every layer sparse."""
+    from blazr.loaders import load_checkpoint
+
+    config = load_checkpoint(GOLDEN / "gguf" / "qwen3_moe_f32.gguf").config
+    tiny = tiny_config("qwen3_moe")
+    assert config["architectures"] == ["Qwen3MoeForCausalLM"]
+    assert config["moe_intermediate_size"] == tiny["moe_intermediate_size"]
+    assert config["head_dim"] == tiny["head_dim"]
+    assert (config["norm_topk_prob"], config["decoder_sparse_step"], config["mlp_only_layers"]) == (
+        True,
+        1,
+        [],
+    )
+
+
+def test_granitemoe_gguf_config_keeps_the_multipliers():
+    from blazr.loaders import load_checkpoint
+
+    config = load_checkpoint(GOLDEN / "gguf" / "granitemoe_f32.gguf").config
+    tiny = tiny_config("granitemoe")
+    assert config["architectures"] == ["GraniteMoeForCausalLM"]
+    for key in ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"):
+        assert config[key] == tiny[key], key
+    assert (config["num_local_experts"], config["intermediate_size"]) == (4, tiny["intermediate_size"])
+
+
+def test_qwen3_moe_dense_layers_follow_mlp_only_layers_and_sparse_step():
+    from blazr.models.layers.mlp import GatedMLP
+    from blazr.models.layers.moe import SparseMoE
+    from blazr.models.qwen3_moe import Model, ModelArgs
+
+    args = ModelArgs.from_dict(tiny_config("qwen3_moe") | {"num_hidden_layers": 4, "mlp_only_layers": None})
+    assert args.mlp_only_layers == []  # Qwen3MoeConfig's default None reads as no dense layer
+    args = ModelArgs.from_dict(
+        tiny_config("qwen3_moe") | {"num_hidden_layers": 4, "decoder_sparse_step": 2, "mlp_only_layers": [3]}
+    )
+    model = Model(args, _cpu())
+    assert [type(layer.mlp) for layer in model.layers] == [GatedMLP, SparseMoE, GatedMLP, GatedMLP]
+    assert model.layers[0].mlp.ffn == tiny_config("qwen3_moe")["intermediate_size"]

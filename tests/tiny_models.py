@@ -229,8 +229,9 @@ def from_bf16_bits(b: np.ndarray) -> np.ndarray:
     return (b.astype(np.uint32) << 16).view(np.float32)
 
 
-# mixture-of-experts routers (Mixtral's block_sparse_moe.gate, Qwen2-MoE's shared_expert_gate): F32 in llama.cpp
-_GGUF_F32_NAMES = re.compile(r"(\.gate|shared_expert_gate)\.weight$")
+# mixture-of-experts routers (Mixtral's block_sparse_moe.gate, Qwen2-MoE's shared_expert_gate, Granite-MoE's
+# block_sparse_moe.router.layer): F32 in llama.cpp
+_GGUF_F32_NAMES = re.compile(r"(\.gate|shared_expert_gate|\.router\.layer)\.weight$")
 
 
 def gguf_keeps_f32(shape: tuple[int, ...], name: str = "") -> bool:

@@ -49,6 +49,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("mixtral", ("MixtralForCausalLM",), ("mixtral",), ()),
     Family("qwen2_moe", ("Qwen2MoeForCausalLM",), ("qwen2_moe",), ("qwen2moe",)),
     Family("olmoe", ("OlmoeForCausalLM",), ("olmoe",), ("olmoe",)),
+    Family("qwen3_moe", ("Qwen3MoeForCausalLM",), ("qwen3_moe",), ("qwen3moe",)),
+    Family("granitemoe", ("GraniteMoeForCausalLM",), ("granitemoe",), ("granitemoe",)),
 )
 
 ARCHITECTURES = {name: f.module for f in FAMILIES for name in f.architectures}

@@ -141,7 +141,7 @@ def stack_experts(
             groups.setdefault(all_["prefix"], {}).setdefault(all_["part"], {})[-1] = (name, tensor)
         else:
             if _FUSED.match(name) or name.endswith(".mlp.gate.weight"):  # fused experts, or the router (E, D)
-                _check_count(name, tensor, tensor.shape[0], num_experts, count_key)
+                check_count(name, tensor, tensor.shape[0], num_experts, count_key)
             out[name] = tensor
     for prefix, parts in groups.items():
         gate, up, down = (
@@ -165,7 +165,7 @@ def _stacked(prefix: str, part: str, parts: dict, num_experts: int, count_key: s
             )
     if -1 in found:  # one 3-D tensor (GGUF)
         name, tensor = found[-1]
-        _check_count(name, tensor, tensor.shape[0], num_experts, count_key)
+        check_count(name, tensor, tensor.shape[0], num_experts, count_key)
         return host_array(tensor)
     for e, (name, tensor) in sorted(found.items()):
         if e >= num_experts:
@@ -182,7 +182,7 @@ def _stacked(prefix: str, part: str, parts: dict, num_experts: int, count_key: s
     return np.stack([host_array(found[e][1]) for e in range(num_experts)])  # (E, rows, cols)
 
 
-def _check_count(name: str, tensor, count: int, num_experts: int, count_key: str) -> None:
+def check_count(name: str, tensor, count: int, num_experts: int, count_key: str) -> None:
     if count != num_experts:
         where = getattr(tensor, "source", None) or "the checkpoint"
         raise CheckpointError(
