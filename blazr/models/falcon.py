@@ -135,8 +135,11 @@ class Model(DecoderLM):
     def __init__(self, args: ModelArgs, backend, dtype: str | None = None):
         a = args
         # (Dh/2,) on the device; none with ALiBi (Falcon-RW), which replaces RoPE
-        rope = device_rope(backend, a.head_dim, a.rope_theta, a.rope_scaling, a.max_position_embeddings)
-        self.inv_freq, self.attention_scaling = (None, 1.0) if a.alibi else rope
+        self.inv_freq, self.attention_scaling = (
+            (None, 1.0)
+            if a.alibi
+            else device_rope(backend, a.head_dim, a.rope_theta, a.rope_scaling, a.max_position_embeddings)
+        )
         self.attention_shape = AttentionShape(
             a.hidden_size,
             a.num_attention_heads,
