@@ -6,7 +6,17 @@ __all__ = ["__version__", "load"]
 
 
 def load(model: str, device: str = "cpu", **kwargs):
-    """Load a model by path or name; returns a `blazr.api.LLM` (see blazr/api.py)."""
+    """Load a model by path or name: a text generator as `blazr.api.LLM` (generate, stream, chat), an
+    embedding model or reranker as `blazr.tasks.embed.Embedder` (embed, rerank)."""
     from blazr.api import LLM
+    from blazr.loaders import load_checkpoint
+    from blazr.model_dir import resolve_model
+    from blazr.models import model_task
 
-    return LLM.load(model, device=device, **kwargs)
+    path = resolve_model(str(model))
+    checkpoint = load_checkpoint(path)
+    if model_task(checkpoint.config, checkpoint.gguf_metadata) in ("embed", "rerank"):
+        from blazr.tasks.embed import Embedder
+
+        return Embedder.load(path, device=device, **kwargs)
+    return LLM.load(path, device=device, **kwargs)

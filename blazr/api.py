@@ -19,6 +19,7 @@ from typing import Any
 
 from blazr.engine.engine import Engine
 from blazr.engine.request import SamplingParams
+from blazr.errors import UnsupportedError
 
 DEFAULT_NUM_CTX = 2048
 
@@ -41,6 +42,8 @@ class GenerationStats:
 
 class LLM:
     """A loaded text model with its tokenizer, backend and engine."""
+
+    task = "generate"  # what blazr.load gave: an LLM generates; an Embedder (blazr.tasks.embed) embeds
 
     def __init__(
         self, checkpoint: Any, tokenizer: Any, model: Any, backend: Any, engine: Engine, chat_template=None
@@ -78,10 +81,16 @@ class LLM:
         from blazr.backends import get_backend
         from blazr.loaders import load_checkpoint
         from blazr.model_dir import resolve_model
-        from blazr.models import build_model
+        from blazr.models import build_model, model_task
         from blazr.tokenizer import load_tokenizer
 
         checkpoint = load_checkpoint(resolve_model(str(model)))
+        task = model_task(checkpoint.config, checkpoint.gguf_metadata)
+        if task != "generate":
+            raise UnsupportedError(
+                f"{checkpoint.path} is an {'embedding model' if task == 'embed' else 'reranker'}, not a text "
+                "generation model: use `blazr embed` / `blazr rerank`, or blazr.load(...).embed / .rerank"
+            )
         backend = get_backend(device)
         net = build_model(checkpoint, backend, dtype)
         tokenizer = load_tokenizer(checkpoint)

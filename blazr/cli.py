@@ -11,7 +11,7 @@ import typer
 from typer.core import TyperGroup
 
 from blazr import __version__
-from blazr.commands import bench, completions, devices, generate, models, repl, serve
+from blazr.commands import bench, completions, devices, embed, generate, models, repl, serve
 from blazr.errors import BlazrError
 
 # optional module -> the feature it gives (pyproject [project.optional-dependencies]). Only features with code
@@ -91,6 +91,8 @@ app.command("devices")(devices.devices)
 app.command("serve")(serve.serve)
 app.command("ps")(serve.ps)
 app.command("bench")(bench.bench)
+app.command("embed")(embed.embed)
+app.command("rerank")(embed.rerank)
 
 
 def main() -> None:

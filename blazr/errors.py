@@ -35,3 +35,12 @@ class ConfigError(BlazrError):
     """A bad flag or config value."""
 
     exit_code = 2
+
+
+class InputError(ConfigError):
+    """Request input that cannot be served as given (empty, too long, outside the vocabulary); `param` names
+    the request field at fault, so the server's 400 can say which."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param

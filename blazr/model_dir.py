@@ -43,7 +43,7 @@ def resolve_model(
     if found is not None:
         return found
     entry = registry.lookup(name_or_path)
-    if entry is not None and (directory / entry.filename).is_file():
+    if entry is not None and registry.is_fetched(entry, directory):
         return directory / entry.filename  # fetch() checked its sha256 before moving it into place
     if entry is not None and pull:
         return pull_catalog_model(entry, directory, quiet=quiet)

@@ -95,6 +95,29 @@ def attention(
     return out
 
 
+def attention_dense(q, k, v, q_lens, kv_lens, scale, causal=False, window=0):
+    q, k, v = _f64(q), _f64(k), _f64(v)
+    n_heads, n_kv = q.shape[1], k.shape[1]
+    out = np.zeros((q.shape[0], n_heads, v.shape[2]))
+    q0 = k0 = 0
+    for nq, nk in zip((int(n) for n in q_lens), (int(n) for n in kv_lens), strict=True):
+        for i in range(nq):
+            pos_q = nk - nq + i
+            visible = [
+                j
+                for j in range(nk)
+                if (not causal or j <= pos_q) and (window <= 0 or abs(pos_q - j) < window)
+            ]
+            if not visible:
+                continue
+            for h in range(n_heads):
+                kv = h // (n_heads // n_kv)
+                scores = k[k0 + np.asarray(visible), kv] @ q[q0 + i, h] * scale  # (len(visible),)
+                out[q0 + i, h] = softmax(scores) @ v[k0 + np.asarray(visible), kv]
+        q0, k0 = q0 + nq, k0 + nk
+    return out
+
+
 # ---- elementwise ------------------------------------------------------------------------------------
 def softmax(x):
     x = _f64(x)

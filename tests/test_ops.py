@@ -244,6 +244,52 @@ def test_attention_alibi_long_prefill_in_query_chunks(backend, rng, monkeypatch)
     check(backend, "attention", *inputs, 4, 8**-0.5, 6, 0.0, alibi_slopes(4))
 
 
+DENSE_ATTENTION_CASES = {
+    # name: (H, Hkv, Dk, Dv, [(q_len, kv_len), ...], causal, window)
+    "encoder_one": (4, 4, 16, 16, [(7, 7)], False, 0),
+    "encoder_batch_gqa3": (6, 2, 8, 8, [(1, 1), (33, 33), (5, 5)], False, 0),
+    "encoder_long": (2, 2, 32, 32, [(300, 300)], False, 0),
+    "cross": (4, 2, 16, 16, [(3, 40), (1, 7), (9, 2)], False, 0),
+    "dk_ne_dv": (4, 1, 24, 8, [(5, 5), (17, 17)], False, 0),
+    "causal_batch": (4, 2, 8, 8, [(7, 7), (33, 33), (1, 1)], True, 0),
+    "causal_suffix": (3, 3, 8, 8, [(4, 20), (13, 13)], True, 0),
+    "local_window": (4, 2, 8, 8, [(40, 40), (9, 9)], False, 5),
+    "causal_window": (4, 4, 8, 8, [(33, 33), (6, 30)], True, 7),
+    "blind_queries": (2, 1, 8, 8, [(5, 2)], True, 0),  # the first 3 queries precede every key: zeros
+}
+
+
+def dense_inputs(rng, h, hkv, dk, dv, seqs):
+    tq, tk = sum(n for n, _ in seqs), sum(n for _, n in seqs)
+    lens = [np.array(c, dtype=np.int32) for c in zip(*seqs, strict=True)]
+    return normal(rng, tq, h, dk), normal(rng, tk, hkv, dk), normal(rng, tk, hkv, dv), *lens
+
+
+@pytest.mark.parametrize("case", list(DENSE_ATTENTION_CASES))
+def test_attention_dense(backend, rng, case):
+    h, hkv, dk, dv, seqs, causal, window = DENSE_ATTENTION_CASES[case]
+    check(backend, "attention_dense", *dense_inputs(rng, h, hkv, dk, dv, seqs), dk**-0.5, causal, window)
+
+
+def test_attention_dense_batch_equals_each_alone(backend, rng):
+    """A packed batch gives each sequence exactly what it gets alone: no row of one leaks into another."""
+    seqs = [(9, 9), (1, 1), (30, 30)]
+    q, k, v, q_lens, kv_lens = dense_inputs(rng, 4, 2, 8, 8, seqs)
+    batch = call(backend, "attention_dense", q, k, v, q_lens, kv_lens, 8**-0.5)
+    start = 0
+    for n, _ in seqs:
+        one = np.array([n], dtype=np.int32)
+        alone = call(backend, "attention_dense", q[start : start + n], k[start : start + n],
+                     v[start : start + n], one, one, 8**-0.5)  # fmt: skip
+        np.testing.assert_allclose(batch[start : start + n], alone, rtol=1e-6, atol=1e-6)
+        start += n
+
+
+def test_attention_dense_long_in_query_chunks(backend, rng, monkeypatch):
+    monkeypatch.setattr(array_api, "_ATTN_CHUNK_ELEMS", 200)  # forces ~5-query chunks on the array backends
+    check(backend, "attention_dense", *dense_inputs(rng, 4, 2, 8, 8, [(22, 30), (9, 9)]), 8**-0.5, True, 6)
+
+
 # ---- elementwise ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("shape", [(1, 1), (3, 7), (2, 33), (2, 4097)])
 def test_softmax(backend, rng, shape):

@@ -20,6 +20,7 @@ TOLERANCES: dict[tuple[str, str], tuple[float, float]] = {
     ("rope", "f32"): F32,
     ("kv_write", "f32"): (0.0, 0.0),  # a row copy is exact
     ("attention", "f32"): F32,
+    ("attention_dense", "f32"): F32,
     ("softmax", "f32"): F32,
     ("glu", "f32"): F32,
     ("act", "f32"): F32,

@@ -24,7 +24,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 DOC = REPO / "docs" / "models.md"
-TESTS = ["tests/test_parity.py", "tests/test_real_model_reference.py"]
+TESTS = [
+    "tests/test_parity.py",
+    "tests/test_real_model_reference.py",
+    "tests/test_embed.py",
+    "tests/test_embed_minilm.py",
+    "tests/test_embed_gguf.py",
+]
+ENCODER_BACKENDS = ("cpu", "cpu-numpy", "wgpu")  # the `backend` fixture's ids in tests/test_embed*.py
 
 # test_parity ids: test_tiny_model_matches_transformers[<model>-<format>-<dtype>], ..._on_wgpu_...[<model>]
 COLUMNS = [
@@ -83,17 +90,48 @@ def real_models(results: dict[str, str]) -> tuple[list[str], dict[str, dict[str,
     return columns, table
 
 
-def family_rows() -> list[tuple[str, str, str, list[str]]]:
-    """(family module, HF architectures, GGUF architectures, tiny models of the family)."""
-    from blazr.models import FAMILIES, model_module_name
+def family_rows(encoders: bool = False) -> list[tuple[str, str, str, list[str]]]:
+    """(family module, HF architectures, GGUF architectures, tiny models of the family) of the decoder
+    families, or with `encoders` of the encoder families (tiny cases of tests/tiny_encoders.py)."""
+    from blazr.models import FAMILIES, model_module_name, model_task
+    from tests.tiny_encoders import CASES, config
     from tests.tiny_models import MODELS, tiny_config
 
-    tiny = {}
+    tiny: dict[str, list[str]] = {}
     for model in MODELS:
         tiny.setdefault(model_module_name(tiny_config(model)), []).append(model)
-    return [
-        (f.module, ", ".join(f.architectures), ", ".join(f.gguf), tiny.get(f.module, [])) for f in FAMILIES
+    for case in CASES:
+        tiny.setdefault(model_module_name(config(case)), []).append(case)
+    rows = []
+    for f in FAMILIES:
+        is_encoder = model_task({"architectures": [f.architectures[0]]}) != "generate"
+        if is_encoder == encoders:
+            rows.append((f.module, ", ".join(f.architectures), ", ".join(f.gguf), tiny.get(f.module, [])))
+    return rows
+
+
+def encoder_cell(results: dict[str, str], case: str, backend: str) -> str:
+    """test_embed.py's outcome for a tiny encoder case on a backend (the rerankers have their own test)."""
+    from tests.tiny_encoders import RERANKERS
+
+    if case in RERANKERS:
+        return results.get(f"test_reranker_scores_equal_sentence_transformers[{backend}-{case}]", "-")
+    return results.get(f"test_vectors_equal_sentence_transformers[{backend}-{case}]", "-")
+
+
+def gguf_encoder_cells(results: dict[str, str]) -> str:
+    """test_embed_gguf.py's outcomes per file type and backend, as one line."""
+    files = [
+        ("test_gguf_embedder_equals_sentence_transformers", t, f"bert_mean_normalize {t}")
+        for t in ("f32", "f16", "q8_0")
     ]
+    files += [
+        ("test_gguf_reranker_scores_as_llama_cpp_heads_them", t, f"bert_reranker {t}") for t in ("f32", "f16")
+    ]
+    return "; ".join(
+        f"{label} " + ", ".join(f"{b} {results.get(f'{test}[{b}-{t}]', '-')}" for b in ENCODER_BACKENDS)
+        for test, t, label in files
+    )
 
 
 def cpu_model() -> str:
@@ -141,6 +179,34 @@ def render(results: dict[str, str]) -> str:
         "adds ALiBi twice). Mixtral GGUF files say `llama` with an expert count; MoE experts are float in this",
         "step (a quantized expert tensor fails naming it).",
         "",
+        "## Encoders (embeddings and rerankers)",
+        "",
+        "Each tiny case of `tests/tiny_encoders.py` is a complete sentence-transformers model directory (random",
+        "weights, the family's kind of tokenizer (WordPiece; RoBERTa's byte-level BPE, XLM-RoBERTa's unigram),",
+        "the pipeline named by the case: pooling modes, Dense, Normalize, prompts) whose reference is",
+        "sentence-transformers itself (`tests/golden/encoders/`): a cell passes when",
+        "blazr gives the same token ids and vectors with cosine >= 0.99999 (rerankers: CrossEncoder scores",
+        "within 1e-4), on each backend.",
+        "",
+        "| family | HF architectures | GGUF architectures | tiny case | "
+        + " | ".join(ENCODER_BACKENDS)
+        + " |",
+        "|" + "---|" * (4 + len(ENCODER_BACKENDS)),
+    ]
+    for module, archs, gguf_archs, cases in family_rows(encoders=True):
+        for case in cases or ["(none)"]:
+            cells = [encoder_cell(results, case, b) for b in ENCODER_BACKENDS]
+            lines.append(f"| {module} | {archs} | {gguf_archs or '-'} | {case} | " + " | ".join(cells) + " |")
+    minilm = [results.get(f"test_minilm_equals_sentence_transformers[{b}]", "-") for b in ENCODER_BACKENDS]
+    lines += [
+        "",
+        "Real: all-MiniLM-L6-v2 (catalog `all-minilm`) against sentence-transformers' vectors of 50 sentences",
+        "(cosine >= 0.99999, the same similarity ranking of 25 pairs): "
+        + ", ".join(f"{b} {r}" for b, r in zip(ENCODER_BACKENDS, minilm, strict=True))
+        + ".",
+        "",
+        "GGUF (llama.cpp's converter, `tests/test_embed_gguf.py`): " + gguf_encoder_cells(results) + ".",
+        "",
         "## Real checkpoints",
         "",
         "Real GGUF files from the package registries against their float reference (transformers loading the same",
@@ -166,7 +232,7 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="only check docs/models.md lists every family")
     args = parser.parse_args()
     if args.check:
-        want = {module for module, *_ in family_rows()}
+        want = {module for module, *_ in family_rows() + family_rows(encoders=True)}
         have = listed_families(DOC.read_text()) if DOC.exists() else set()
         missing = sorted(want - have)
         if missing:

@@ -244,8 +244,52 @@ class ArrayAPIBackend:
         xp.exp(scores, out=scores)
         denom = xp.sum(scores, axis=-1, keepdims=True)  # (Hkv, G*nc, 1)
         out = xp.matmul(scores, values.transpose(1, 0, 2))  # (Hkv, G*nc, Dh)
-        out /= denom  # normalising the (.., Dh) output is cheaper than the (.., Lk) probabilities
-        return out.reshape(hkv, g, nc, dh).transpose(2, 0, 1, 3).reshape(nc, h, dh)
+        out /= denom  # normalising the (.., Dv) output is cheaper than the (.., Lk) probabilities
+        dv = values.shape[-1]
+        return out.reshape(hkv, g, nc, dv).transpose(2, 0, 1, 3).reshape(nc, h, dv)
+
+    def attention_dense(
+        self,
+        q: Array,
+        k: Array,
+        v: Array,
+        q_lens: Array,
+        kv_lens: Array,
+        scale: float,
+        causal: bool = False,
+        window: int = 0,
+    ) -> Array:
+        xp = self.xp
+        out = xp.zeros((q.shape[0], q.shape[1], v.shape[2]), dtype=q.dtype)  # (Tq, H, Dv)
+        q0 = k0 = 0
+        for nq, nk in zip(self._host(q_lens).tolist(), self._host(kv_lens).tolist(), strict=True):
+            keys, values = k[k0 : k0 + nk], v[k0 : k0 + nk]  # (nk, Hkv, Dk), (nk, Hkv, Dv)
+            chunk = max(1, _ATTN_CHUNK_ELEMS // (q.shape[1] * max(nk, 1)))
+            for c0 in range(0, nq if nk else 0, chunk):
+                c1 = min(nq, c0 + chunk)
+                q_pos = np.arange(nk - nq + c0, nk - nq + c1)  # (nc,) positions of these queries
+                masked = self._dense_mask(q_pos, nk, causal, window)  # (nc, nk) or None
+                blind = None if masked is None else masked.all(axis=1)  # (nc,) queries that see no key
+                if blind is not None:
+                    masked[blind] = False  # attend anywhere, then zero those rows: no 0/0 in the softmax
+                bias = None if masked is None else xp.asarray(np.where(masked, -np.inf, 0.0).astype(np.float32))
+                rows = self._attend(q[q0 + c0 : q0 + c1], keys, values, bias, float(scale), 0.0)
+                if blind is not None and blind.any():
+                    rows[xp.asarray(blind)] = 0.0
+                out[q0 + c0 : q0 + c1] = rows
+            q0, k0 = q0 + nq, k0 + nk
+        return out
+
+    @staticmethod
+    def _dense_mask(q_pos: np.ndarray, nk: int, causal: bool, window: int) -> np.ndarray | None:
+        """(nc, nk) bool: True where attention_dense hides key j from the query at q_pos[i]; None if none."""
+        k_pos = np.arange(nk)
+        masked = np.zeros((len(q_pos), nk), dtype=bool)
+        if causal:
+            masked |= k_pos[None, :] > q_pos[:, None]
+        if window > 0:
+            masked |= np.abs(q_pos[:, None] - k_pos[None, :]) >= window
+        return masked if masked.any() else None
 
     # ---- elementwise --------------------------------------------------------------------------------
     def softmax(self, x: Array) -> Array:

@@ -33,6 +33,7 @@ OPS: tuple[str, ...] = (
     "rope",
     "kv_write",
     "attention",
+    "attention_dense",
     # elementwise
     "softmax",
     "glu",
@@ -144,6 +145,29 @@ class Backend(Protocol):
         softmax ignores a constant per query, so this is the relative form -alibi[h] * (pos_q - j)). The
         slopes multiply j as given: a model that biases before scaling passes its slopes times `scale`.
         Query head h reads KV head h // (H // Hkv). Returns (T, H, Dh).
+        """
+
+    def attention_dense(
+        self,
+        q: Array,
+        k: Array,
+        v: Array,
+        q_lens: Array,
+        kv_lens: Array,
+        scale: float,
+        causal: bool = False,
+        window: int = 0,
+    ) -> Array:
+        """Attention without a cache over B sequences packed back to back (block-diagonal, no padding):
+        encoders, cross-attention, and prompts that need no KV cache.
+
+        q (Tq, H, Dk) holds q_lens[b] rows of sequence b; k (Tk, Hkv, Dk) and v (Tk, Hkv, Dv) hold its
+        kv_lens[b] rows (q_lens, kv_lens (B,) int32; sums Tq, Tk). Query i of sequence b is at position
+        kv_lens[b] - q_lens[b] + i (the last q_lens positions) and sees the keys j of its own sequence:
+        every one, or with causal only j <= its position; window > 0 keeps only keys with
+        |position - j| < window (both sides unless causal: ModernBERT's local attention of width w is
+        window = w // 2 + 1). A query that sees no key gets zeros. Query head h reads KV head
+        h // (H // Hkv). Returns (Tq, H, Dv).
         """
 
     # ---- elementwise --------------------------------------------------------------------------------

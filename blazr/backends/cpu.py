@@ -55,10 +55,12 @@ class Backend(ArrayAPIBackend):
         # only, never on the batch, so a token takes the same kernels alone and in any batch.
         self._numba_prefill = False
         self._ops = None
+        self._dense_attention = None  # blazr.backends.cpu_dense_attention with numba
         if self.fast_kernels:
-            from blazr.backends import cpu_ops
+            from blazr.backends import cpu_dense_attention, cpu_ops
 
             self._ops = cpu_ops
+            self._dense_attention = cpu_dense_attention
 
     def _quant_module(self, fmt: str):
         """The kernel module for one format: numba kernels where they exist, else the numpy reference."""
@@ -220,6 +222,26 @@ class Backend(ArrayAPIBackend):
         return super().attention(
             q, k_cache, v_cache, block_tables, ctx_lens, q_lens, block_size, scale, window, softcap, alibi
         )
+
+    def attention_dense(self, q, k, v, q_lens, kv_lens, scale, causal=False, window=0):
+        # One parallel numba call for the whole packed batch (blazr.backends.cpu_dense_attention); it declines
+        # lengths that do not fit the arrays, and numpy's version then reports them.
+        kernels = self._dense_attention
+        if (
+            kernels is not None
+            and q.dtype == k.dtype == v.dtype == np.float32
+            and q.ndim == k.ndim == v.ndim == 3
+            and q_lens.dtype == kv_lens.dtype == np.int32
+        ):
+            # views (of fused qkv rows) are copied: the kernel then vectorises, and compiles for one layout;
+            # q (Tq, H, Dk), k (Tk, Hkv, Dk), v (Tk, Hkv, Dv)
+            q, k, v = (np.ascontiguousarray(a) for a in (q, k, v))
+            out = np.empty((q.shape[0], q.shape[1], v.shape[2]), dtype=np.float32)  # (Tq, H, Dv)
+            lens = (np.ascontiguousarray(q_lens), np.ascontiguousarray(kv_lens))  # (B,) each
+            flags = (np.float32(scale), bool(causal), int(window), kernels.Q_TILE)
+            if kernels.attention_dense(q, k, v, *lens, *flags, out):
+                return out
+        return super().attention_dense(q, k, v, q_lens, kv_lens, scale, causal, window)
 
 
 def _int8_gemm_available() -> bool:

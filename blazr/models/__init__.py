@@ -51,6 +51,33 @@ FAMILIES: tuple[Family, ...] = (
     Family("olmoe", ("OlmoeForCausalLM",), ("olmoe",), ("olmoe",)),
     Family("qwen3_moe", ("Qwen3MoeForCausalLM",), ("qwen3_moe",), ("qwen3moe",)),
     Family("granitemoe", ("GraniteMoeForCausalLM",), ("granitemoe",), ("granitemoe",)),
+    # encoders: sentence embedders and cross-encoder rerankers (blazr.tasks.embed), not causal LMs
+    Family("bert", ("BertModel", "BertForMaskedLM", "BertForSequenceClassification"), ("bert",), ("bert",)),
+    Family(
+        "roberta",
+        (
+            "RobertaModel",
+            "RobertaForMaskedLM",
+            "RobertaForSequenceClassification",
+            "XLMRobertaModel",
+            "XLMRobertaForMaskedLM",
+            "XLMRobertaForSequenceClassification",
+        ),
+        ("roberta", "xlm-roberta"),
+        (),
+    ),
+    Family(
+        "distilbert",
+        ("DistilBertModel", "DistilBertForMaskedLM", "DistilBertForSequenceClassification"),
+        ("distilbert",),
+        (),
+    ),
+    Family(
+        "modernbert",
+        ("ModernBertModel", "ModernBertForMaskedLM", "ModernBertForSequenceClassification"),
+        ("modernbert",),
+        (),
+    ),
 )
 
 ARCHITECTURES = {name: f.module for f in FAMILIES for name in f.architectures}
@@ -85,6 +112,14 @@ def gguf_family(arch: str) -> ModuleType | None:
     """The family module for a GGUF general.architecture, or None when no family runs it."""
     module = GGUF_ARCHITECTURES.get(arch)
     return None if module is None else importlib.import_module(f"blazr.models.{module}")
+
+
+def model_task(config: dict[str, Any], gguf_metadata: dict[str, Any] | None = None) -> str:
+    """What a checkpoint does: "generate" (a causal LM, run by the engine), "embed" (an encoder whose hidden
+    states are pooled into sentence vectors) or "rerank" (a sequence classifier scoring query/document
+    pairs). A family module says so with `task(config)`; without one it is a causal LM."""
+    task = getattr(get_model_module(config, gguf_metadata), "task", None)
+    return "generate" if task is None else task(config)
 
 
 def get_model_module(config: dict[str, Any], gguf_metadata: dict[str, Any] | None = None) -> ModuleType:

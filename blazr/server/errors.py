@@ -13,6 +13,7 @@ from blazr.errors import (
     BlazrError,
     CheckpointError,
     ConfigError,
+    InputError,
     ModelNotFoundError,
     TemplateError,
     TokenizerError,
@@ -106,6 +107,8 @@ def api_error_from_blazr(error: BlazrError) -> ApiError:
         )
     if isinstance(error, ModelNotFoundError):
         return ApiError(404, message, type="not_found_error", param="model", code="model_not_found")
+    if isinstance(error, InputError):
+        return ApiError(400, message, param=error.param)
     if isinstance(error, ConfigError):
         return ApiError(400, message, param=_field_named_in(message))
     if isinstance(error, (CheckpointError, UnsupportedError, TokenizerError, TemplateError)):

@@ -10,6 +10,8 @@ import dataclasses
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+from quart import request
+
 from blazr.engine.request import MAX_LOGPROBS, SamplingParams
 from blazr.server.errors import ApiError
 from blazr.server.generation import Delta, open_stream
@@ -19,9 +21,15 @@ from blazr.server.state import LoadedModel, current_state
 MAX_CHOICES = 16  # n per prompt; each choice is a full generation
 
 
-async def load_model(body: dict[str, Any]) -> LoadedModel:
-    """The model a request names (None or "" -> the served default)."""
-    return await current_state().models.get(get_str(body, "model"))
+ANY_TASK = ("generate", "embed", "rerank")
+
+
+async def load_model(body: dict[str, Any], tasks: tuple[str, ...] = ("generate",)) -> LoadedModel:
+    """The model a request names (None or "" -> the served default); 400 unless it does one of `tasks`
+    (an embedding model cannot chat)."""
+    model = await current_state().models.get(get_str(body, "model"))
+    model.require(*tasks, route=request.path)
+    return model
 
 
 def request_params(body: dict[str, Any], model: LoadedModel, keys: tuple[str, ...]) -> SamplingParams:

@@ -30,8 +30,8 @@ class LoadedModel:
     """A model in memory with its engine thread. `active` counts requests using it (never evicted then)."""
 
     name: str
-    llm: Any  # blazr.api.LLM
-    engine: AsyncEngine
+    llm: Any  # blazr.api.LLM, or blazr.tasks.embed.Embedder for an encoder
+    engine: Any  # AsyncEngine, or an EmbedWorker for an encoder
     path: Path
     loaded_at: float
     expires_at: float | None
@@ -42,12 +42,30 @@ class LoadedModel:
     last_used: float = field(default_factory=time.monotonic)
 
     @property
+    def task(self) -> str:
+        """"generate" (a causal LM), "embed" (a sentence embedder) or "rerank" (a cross-encoder)."""
+        return self.llm.task
+
+    @property
     def num_ctx(self) -> int:
-        return self.llm.engine.num_ctx
+        return self.llm.engine.num_ctx if self.task == "generate" else self.llm.max_seq_length
 
     @property
     def vocab_size(self) -> int:
-        return self.llm.engine.vocab_size
+        return self.llm.engine.vocab_size if self.task == "generate" else self.llm.vocab_size
+
+    def require(self, *tasks: str, route: str) -> None:
+        """400 unless the model does one of `tasks`: an embedding model asked to chat, and so on."""
+        if self.task not in tasks:
+            kind = {"generate": "a text generation", "embed": "an embedding", "rerank": "a reranker"}[self.task]
+            serves = {
+                "generate": "chat, completions and embeddings",
+                "embed": "/v1/embeddings, /api/embed and /v1/rerank",
+                "rerank": "/v1/rerank",
+            }[self.task]
+            raise ApiError(
+                400, f"model '{self.name}' is {kind} model: it serves {serves}, not {route}", param="model"
+            )
 
 
 class Admission:
@@ -95,7 +113,14 @@ class Admission:
 def load_for_serving(path: Path, settings: Settings) -> Any:
     """Load a model with the server's settings, in a worker thread (warm_up then runs on the engine thread)."""
     from blazr.api import LLM
+    from blazr.loaders import load_checkpoint
+    from blazr.models import model_task
 
+    checkpoint = load_checkpoint(path)
+    if model_task(checkpoint.config, checkpoint.gguf_metadata) != "generate":
+        from blazr.tasks.embed import Embedder
+
+        return Embedder.load(path, device=settings.device, dtype=settings.inference.dtype)
     llm = LLM.load(
         path,
         device=settings.device,
@@ -109,10 +134,25 @@ def load_for_serving(path: Path, settings: Settings) -> Any:
 
 
 def warm_up(llm: Any) -> None:
-    """One 1-token generation: pays first-run costs (kernel caches, page faults) before the first request.
-    Run on the engine's own thread: numba's OpenMP pool serves later steps ~20% slower when its parallel
-    regions were first opened from another thread (measured on SmolLM2 Q4_1 decode)."""
-    llm.generate(llm.tokenize("Hello")[:4] or [0], max_tokens=1, temperature=0.0)
+    """One 1-token generation (or one embedding, or one pair scored): pays first-run costs (kernel caches,
+    page faults) before the first request. Run on the engine's own thread: numba's OpenMP pool serves later
+    steps ~20% slower when its parallel regions were first opened from another thread (measured on SmolLM2
+    Q4_1 decode)."""
+    if llm.task == "embed":
+        llm.embed(["Hello"])
+    elif llm.task == "rerank":
+        llm.rerank("Hello", ["Hello"])
+    else:
+        llm.generate(llm.tokenize("Hello")[:4] or [0], max_tokens=1, temperature=0.0)
+
+
+def start_runner(llm: Any) -> Any:
+    """The thread that runs a loaded model's work: the engine's step loop, or an encoder's EmbedWorker."""
+    if llm.task == "generate":
+        return AsyncEngine(llm.engine)
+    from blazr.server.embed_worker import EmbedWorker
+
+    return EmbedWorker(llm)
 
 
 class ModelManager:
@@ -193,8 +233,9 @@ class ModelManager:
         from blazr.loaders import registry
 
         entry = registry.lookup(name)
-        candidate = self.model_dir / entry.filename if entry is not None else None
-        return candidate if candidate is not None and candidate.is_file() else None
+        if entry is None or not registry.is_fetched(entry, self.model_dir):
+            return None
+        return self.model_dir / entry.filename
 
     def _default(self) -> tuple[Path, str]:
         if self.default_error is not None:
@@ -257,7 +298,7 @@ class ModelManager:
         engine = None
         try:
             llm = await asyncio.to_thread(self.loader, path, self.settings)
-            engine = AsyncEngine(llm.engine)
+            engine = start_runner(llm)
             await engine.run(lambda: warm_up(llm))  # a model whose forward pass fails is refused here
         except Exception as error:  # a broken file can fail deep in a parser: report it, keep serving
             if engine is not None:

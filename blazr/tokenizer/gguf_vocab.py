@@ -10,8 +10,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
-from tokenizers.models import BPE
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
+from tokenizers.models import BPE, WordPiece
 
 from blazr.errors import TokenizerError
 
@@ -109,15 +109,19 @@ def build_gguf_tokenizer(meta: dict[str, Any]) -> Tokenizer:
         return _build_byte_level_bpe(meta)
     if model == "llama":
         return _build_sentencepiece_bpe(meta)
+    if model == "bert":
+        return _build_wordpiece(meta)
     raise TokenizerError(
-        f"GGUF tokenizer.ggml.model = {model!r} is not supported (blazr builds 'gpt2' byte-level BPE and "
-        "'llama' SentencePiece vocabularies)"
+        f"GGUF tokenizer.ggml.model = {model!r} is not supported (blazr builds 'gpt2' byte-level BPE, "
+        "'llama' SentencePiece and 'bert' WordPiece vocabularies)"
     )
 
 
 def gguf_add_bos_default(meta: dict[str, Any]) -> bool:
     """Whether to prepend BOS: tokenizer.ggml.add_bos_token when present, else llama.cpp's defaults
     (SentencePiece vocabs and Llama-3-style BPE vocabs add it, other BPE vocabs do not)."""
+    if gguf_value(meta, "model") == "bert":
+        return False  # [CLS] ... [SEP] come from the WordPiece tokenizer's post-processor
     explicit = gguf_value(meta, "add_bos_token")
     if explicit is not None:
         return bool(explicit)
@@ -226,3 +230,44 @@ def _build_sentencepiece_bpe(meta: dict[str, Any]) -> Tokenizer:
     tok.decoder = decoders.Sequence(decode_rules)
     _add_marked_tokens(tok, tokens, types)
     return tok
+
+
+def _build_wordpiece(meta: dict[str, Any]) -> Tokenizer:
+    """A BERT WordPiece tokenizer as HF's tokenizer.json has it. llama.cpp's converter stores the vocabulary in
+    "phantom space" form (conversion/bert.py): a word-start piece gets a leading "▁", a "##" continuation loses
+    its "##", control tokens ([CLS], [SEP], ...) stay as they are; this undoes it. Lower-casing (with accent
+    stripping, as BertNormalizer ties them) follows tokenizer.ggml.normalizer.lowercase (llama.cpp lower-cases
+    when it is absent); [CLS] / [SEP] are the cls / bos and separator / eos ids, else found by their text."""
+    tokens = _strings(gguf_value(meta, "tokens"))
+    types = _token_types(meta, len(tokens))
+    pieces = [
+        tok if kind == TOKEN_CONTROL else (tok[1:] if tok.startswith(SPM_SPACE) else "##" + tok)
+        for tok, kind in zip(tokens, types, strict=True)
+    ]
+    unk = _special_text(meta, pieces, ("unknown_token_id",), "[UNK]")
+    tok = Tokenizer(WordPiece(_vocab_dict(pieces), unk_token=unk or "[UNK]", continuing_subword_prefix="##"))
+    lowercase = bool(gguf_value(meta, "normalizer.lowercase", True))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)  # accents stripped when lower-casing
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    _add_marked_tokens(tok, pieces, types)
+    cls = _special_text(meta, pieces, ("cls_token_id", "bos_token_id"), "[CLS]")
+    sep = _special_text(meta, pieces, ("seperator_token_id", "eos_token_id"), "[SEP]")
+    if cls is None or sep is None:
+        raise TokenizerError("GGUF bert vocabulary has no [CLS] / [SEP] token (cls/bos and sep/eos ids)")
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{cls} $A {sep}",
+        pair=f"{cls} $A {sep} $B:1 {sep}:1",
+        special_tokens=[(cls, pieces.index(cls)), (sep, pieces.index(sep))],
+    )
+    return tok
+
+
+def _special_text(meta: dict[str, Any], pieces: list[str], keys: tuple[str, ...], text: str) -> str | None:
+    """The text of the first of `keys` (tokenizer.ggml.<key> ids) that names a piece, else `text` if the
+    vocabulary has it, else None."""
+    for key in keys:
+        index = gguf_value(meta, key)
+        if isinstance(index, int) and 0 <= index < len(pieces):
+            return pieces[index]
+    return text if text in pieces else None

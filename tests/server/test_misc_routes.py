@@ -127,7 +127,7 @@ async def test_rerank_errors(tiny_client, body, param):
 async def test_rerank_openapi_says_how_it_scores(tiny_client):
     spec = await (await tiny_client.get("/openapi.json")).get_json()
     operation = spec["paths"]["/v1/rerank"]["post"]
-    assert "cosine similarity" in operation["summary"] and "not a cross-encoder" in operation["summary"]
+    assert "reranker" in operation["summary"] and "cosine similarity" in operation["summary"]
     jina = operation["responses"]["200"]["content"]["application/json"]["schema"]["oneOf"][0]
     score = jina["properties"]["results"]["items"]["properties"]["relevance_score"]
     assert "mean-pooled, L2-normalised" in score["description"]

@@ -15,6 +15,7 @@ ROUTE_MODULES = [
     "responses",
     "anthropic",
     "ollama",
+    "ollama_embed",
     "infill",
     "rerank",
     "tokenize",

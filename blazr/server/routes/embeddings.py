@@ -1,5 +1,8 @@
-"""POST /v1/embeddings: the L2-normalised mean of the model's last hidden states per input, as floats or as
-base64 little-endian float32 (what the openai Python client asks for by default)."""
+"""POST /v1/embeddings: an embedding model's sentence vectors (its sentence-transformers pipeline: pooling,
+Dense, Normalize; `dimensions` shortens Matryoshka vectors; `truncate`, `truncation_direction` and
+`prompt_name` as text-embeddings-inference takes them), or for a text generation model the L2-normalised mean
+of its last hidden states; as floats or as base64 little-endian float32 (what the openai Python client asks
+for by default)."""
 
 from __future__ import annotations
 
@@ -8,12 +11,13 @@ from typing import Any
 from quart import Blueprint, jsonify
 
 from blazr.server import openai_schemas as schemas
+from blazr.server.encoder_calls import encoder_vectors
 from blazr.server.errors import ApiError
 from blazr.server.generation import embed
 from blazr.server.openai_format import embeddings_body
 from blazr.server.openai_request import load_model
 from blazr.server.openapi import documented
-from blazr.server.protocol import get_int, get_str, read_json
+from blazr.server.protocol import get_bool, get_int, get_str, read_json
 from blazr.server.state import LoadedModel
 
 bp = Blueprint("embeddings", __name__)
@@ -65,7 +69,17 @@ async def embeddings():
             400, f"'encoding_format' must be 'float' or 'base64', got {encoding!r}", param="encoding_format"
         )
     dimensions = get_int(body, "dimensions", min=1)
-    model = await load_model(body)
+    model = await load_model(body, ("generate", "embed"))
+    if model.task == "embed":  # an embedding model: its own pipeline, batched with other requests
+        vectors, tokens = await encoder_vectors(
+            model,
+            inputs,
+            dimensions=dimensions,
+            truncate=bool(get_bool(body, "truncate", default=True)),
+            direction=get_str(body, "truncation_direction", default="right"),
+            prompt_name=get_str(body, "prompt_name"),
+        )
+        return jsonify(embeddings_body(model.name, vectors, encoding, tokens))
     width = model.llm.model.args.hidden_size
     if dimensions is not None and dimensions != width:
         raise ApiError(

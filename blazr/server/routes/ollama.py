@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from quart import Blueprint, Response, jsonify
+from quart import Blueprint, Response, jsonify, request
 
 from blazr import __version__
 from blazr.loaders import load_checkpoint
@@ -190,6 +190,7 @@ async def _start(body: dict) -> OllamaRun:
     keep_alive = fmt.parse_keep_alive(body.get("keep_alive"))
     stream = bool(get_bool(body, "stream", default=True))
     model = await current_state().models.get(get_str(body, "model"), keep_alive)
+    model.require("generate", route=request.path)
     timings.load_seconds = time.perf_counter() - timings.started
     return OllamaRun(model, keep_alive, stream, timings)
 

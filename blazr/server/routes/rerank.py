@@ -1,17 +1,21 @@
 """POST /v1/rerank and /rerank: order documents by relevance to a query (wire-formats.md §10).
 
-blazr serves causal LMs, not trained rerankers, so the score is what such a model can give honestly: the
-cosine similarity of the query's and each document's mean-pooled, L2-normalised final hidden states (the
-same vectors /v1/embeddings returns). Two shapes: Jina/Cohere (`documents`) and TEI (`texts`)."""
+The score depends on the model served: a reranker (a cross-encoder such as BertForSequenceClassification)
+scores each query/document pair, sigmoid of its logit in [0, 1] (TEI's `raw_scores: true` gives the logit);
+an embedding model scores by the cosine similarity of the two sentence vectors; a text generation model by the
+cosine of its mean-pooled, L2-normalised final hidden states (the vectors /v1/embeddings returns for it, an
+embedding similarity, not a trained relevance score). Two shapes: Jina/Cohere (`documents`) and TEI (`texts`).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 from quart import Blueprint, jsonify
 
+from blazr.server.encoder_calls import encoder_scores
 from blazr.server.errors import ApiError
 from blazr.server.generation import embed
-from blazr.server.openai_request import load_model
+from blazr.server.openai_request import ANY_TASK, load_model
 from blazr.server.openapi import documented
 from blazr.server.protocol import get_bool, get_int, get_list, get_str, read_json
 from blazr.server.state import LoadedModel
@@ -19,8 +23,10 @@ from blazr.server.state import LoadedModel
 bp = Blueprint("rerank", __name__)
 
 SCORE_NOTE = (
-    "cosine similarity in [-1, 1] of the mean-pooled, L2-normalised final hidden states of the query and "
-    "the document under the served causal LM (an embedding similarity, not a trained cross-encoder score)"
+    "a reranker model's relevance (sigmoid of its logit, in [0, 1]; the logit itself with TEI's raw_scores); "
+    "for an embedding model the cosine similarity in [-1, 1] of the query's and the document's vectors; for a "
+    "text generation model the cosine of their mean-pooled, L2-normalised final hidden states (an embedding "
+    "similarity, not a trained relevance score)"
 )
 RERANK_REQUEST = {
     "type": "object",
@@ -51,6 +57,7 @@ RERANK_REQUEST = {
             "description": "TEI shape (answers a bare array)",
         },
         "truncate": {"type": "boolean", "default": False, "description": "TEI: cut inputs to the context"},
+        "raw_scores": {"type": "boolean", "default": False, "description": "TEI: a reranker's logits"},
         "return_text": {"type": "boolean", "default": False, "description": "TEI: echo each text"},
     },
     "required": ["query"],
@@ -91,14 +98,14 @@ RERANK_RESPONSE = {
         },
     ]
 }
-SUMMARY = "Rerank by cosine similarity of mean-pooled hidden states (an embedding score, not a cross-encoder)"
+SUMMARY = "Rerank documents: a reranker's scores, else the cosine similarity of embeddings"
 
 
 @bp.post("/v1/rerank")
 @bp.post("/rerank")
 @documented(RERANK_REQUEST, RERANK_RESPONSE, summary=SUMMARY)
 async def rerank():
-    """Rerank documents by cosine similarity of mean-pooled hidden states (see SCORE_NOTE)."""
+    """Rerank documents by the served model's relevance scores (see SCORE_NOTE)."""
     body = await read_json()
     query = get_str(body, "query", required=True)
     tei = "texts" in body
@@ -106,15 +113,18 @@ async def rerank():
     top_n = get_int(body, "top_n", min=1)
     truncate = bool(get_bool(body, "truncate", default=False))
     return_text = get_bool(body, "return_text" if tei else "return_documents", default=not tei)
-    model = await load_model(body)
-    ids = _token_lists(model, [query, *documents], "texts" if tei else "documents", truncate)
-    vectors = await embed(model, ids)  # (1 + N, D), unit rows
-    scores = vectors[1:] @ vectors[0]  # (N,) cosine similarities
+    model = await load_model(body, ANY_TASK)
+    if model.task == "generate":
+        ids = _token_lists(model, [query, *documents], "texts" if tei else "documents", truncate)
+        vectors = await embed(model, ids)  # (1 + N, D), unit rows
+        scores, tokens = vectors[1:] @ vectors[0], sum(len(t) for t in ids)  # (N,) cosine similarities
+    else:
+        raw = bool(get_bool(body, "raw_scores", default=False))
+        scores, tokens = await encoder_scores(model, query, documents, truncate, raw)  # (N,)
     order = [int(i) for i in np.argsort(-scores, kind="stable")][: top_n or len(documents)]
     if tei:
         return jsonify([_tei_item(i, float(scores[i]), documents[i], return_text) for i in order])
     results = [_jina_item(i, float(scores[i]), documents[i], return_text) for i in order]
-    tokens = sum(len(t) for t in ids)
     usage = {"prompt_tokens": tokens, "total_tokens": tokens}
     return jsonify({"model": model.name, "object": "list", "usage": usage, "results": results})
 

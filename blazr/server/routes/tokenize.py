@@ -6,7 +6,7 @@ from quart import Blueprint, jsonify
 
 from blazr.server.chat_prompt import parse_messages, parse_tools
 from blazr.server.errors import ApiError
-from blazr.server.openai_request import load_model
+from blazr.server.openai_request import ANY_TASK, load_model
 from blazr.server.openai_schemas import CHAT_MESSAGE
 from blazr.server.openapi import documented
 from blazr.server.protocol import get_bool, get_list, get_str, read_json
@@ -64,7 +64,7 @@ async def tokenize():
         raise ApiError(400, "'content' is required: the text to tokenize", param="content")
     add_special = get_bool(body, "add_special", default=False)
     with_pieces = get_bool(body, "with_pieces", default=False)
-    tokenizer = (await load_model(body)).llm.tokenizer
+    tokenizer = (await load_model(body, ANY_TASK)).llm.tokenizer
     ids = tokenizer.encode(content, add_special_tokens=add_special)
     if not with_pieces:
         return jsonify({"tokens": ids})
@@ -76,7 +76,7 @@ async def tokenize():
 async def detokenize():
     body = await read_json()
     tokens = get_list(body, "tokens", required=True)
-    model = await load_model(body)
+    model = await load_model(body, ANY_TASK)
     for i, token in enumerate(tokens):
         if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < model.vocab_size:
             raise ApiError(

@@ -1,0 +1,1 @@
+"""Loops that are not the causal-LM engine: embed (sentence vectors, reranker scores); speech comes next."""

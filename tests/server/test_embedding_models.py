@@ -1,0 +1,150 @@
+"""Embedding models and rerankers behind the server: /v1/embeddings, /v1/rerank and /rerank, Ollama's /api/embed
+and /api/embeddings, against sentence-transformers' outputs for the tiny encoders (tests/golden/encoders/), their
+request batching, and the 400s for a model asked for what it does not do."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+
+import numpy as np
+import pytest
+
+from tests.server.conftest import run_live_server, server_settings
+from tests.test_embed import golden
+from tests.tiny_encoders import QUERY, SENTENCES, write_case
+
+pytestmark = pytest.mark.anyio
+
+EMBEDDER, RERANKER = "bert_mean_normalize", "bert_reranker"
+
+
+@pytest.fixture(scope="module")
+def encoder_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("encoder-models")
+    for case in (EMBEDDER, RERANKER):
+        write_case(case, directory)
+    return directory
+
+
+@pytest.fixture
+async def client(make_app, encoder_dir):
+    app = await make_app(model=EMBEDDER, model_dir=encoder_dir)
+    return app.test_client()
+
+
+def close(got, want, atol=1e-5):
+    np.testing.assert_allclose(np.asarray(got, dtype=np.float32), want, rtol=1e-4, atol=atol)
+
+
+async def test_openai_embeddings_equal_sentence_transformers(client):
+    want = golden(EMBEDDER)
+    body = await (await client.post("/v1/embeddings", json={"input": list(SENTENCES)})).get_json()
+    assert body["object"] == "list" and body["model"] == EMBEDDER
+    close([item["embedding"] for item in body["data"]], want["vectors"])
+    assert body["usage"]["prompt_tokens"] == sum(len(ids) for ids in want["ids"])
+    encoded = {"input": list(SENTENCES[:2]), "encoding_format": "base64", "dimensions": 16}
+    body = await (await client.post("/v1/embeddings", json=encoded)).get_json()
+    rows = [np.frombuffer(base64.b64decode(item["embedding"]), dtype="<f4") for item in body["data"]]
+    close(rows, want["vectors_16"][:2])
+    prompted = await client.post("/v1/embeddings", json={"input": list(SENTENCES), "prompt_name": "query"})
+    close([item["embedding"] for item in (await prompted.get_json())["data"]], want["query_vectors"])
+
+
+async def test_concurrent_requests_share_forward_passes(make_app, encoder_dir):
+    app = await make_app(model=EMBEDDER, model_dir=encoder_dir)
+    client = app.test_client()
+    model = app.extensions["blazr"].models.loaded()[0]
+    calls = []
+    original = model.llm.embed_ids
+    model.llm.embed_ids = lambda ids, *a, **k: calls.append(len(ids)) or original(ids, *a, **k)
+    replies = await asyncio.gather(*(client.post("/v1/embeddings", json={"input": s}) for s in SENTENCES * 2))
+    want = golden(EMBEDDER)["vectors"]
+    for i, reply in enumerate(replies):
+        close((await reply.get_json())["data"][0]["embedding"], want[i % len(SENTENCES)])
+    assert sum(calls) == 2 * len(SENTENCES) and len(calls) < 2 * len(SENTENCES), calls  # merged batches
+
+
+async def test_reranker_scores_in_both_rerank_shapes(make_app, encoder_dir):
+    want = golden(RERANKER)
+    client = (await make_app(model=RERANKER, model_dir=encoder_dir)).test_client()
+    body = await (
+        await client.post("/v1/rerank", json={"query": QUERY, "documents": list(SENTENCES), "truncate": True})
+    ).get_json()
+    order = np.argsort(-want["scores"], kind="stable")
+    assert [r["index"] for r in body["results"]] == order.tolist()
+    close([r["relevance_score"] for r in body["results"]], want["scores"][order], atol=1e-4)
+    tei = await client.post(
+        "/rerank", json={"query": QUERY, "texts": list(SENTENCES), "raw_scores": True, "truncate": True}
+    )
+    items = sorted(await tei.get_json(), key=lambda item: item["index"])
+    close([item["score"] for item in items], want["logits"], atol=1e-4)
+
+
+async def test_an_embedding_model_reranks_by_cosine(client):
+    vectors = golden(EMBEDDER)["vectors"]
+    query = await (await client.post("/v1/embeddings", json={"input": QUERY})).get_json()
+    q = np.asarray(query["data"][0]["embedding"])
+    body = await (
+        await client.post("/v1/rerank", json={"query": QUERY, "documents": list(SENTENCES[:3])})
+    ).get_json()
+    scores = {r["index"]: r["relevance_score"] for r in body["results"]}
+    close([scores[i] for i in range(3)], vectors[:3] @ q, atol=1e-4)
+
+
+async def test_ollama_embed_routes(client):
+    want = golden(EMBEDDER)["vectors"]
+    body = await (
+        await client.post("/api/embed", json={"model": EMBEDDER, "input": list(SENTENCES[:3])})
+    ).get_json()
+    assert body["model"] == EMBEDDER and body["prompt_eval_count"] > 0 and body["total_duration"] > 0
+    close(body["embeddings"], want[:3])
+    legacy = await (
+        await client.post("/api/embeddings", json={"model": EMBEDDER, "prompt": SENTENCES[0]})
+    ).get_json()
+    close(legacy["embedding"], want[0])
+
+
+@pytest.mark.parametrize(
+    "path, body, param",
+    [
+        ("/v1/embeddings", {"input": ["fine", ""]}, "input"),
+        ("/v1/embeddings", {"input": "x", "dimensions": 65}, "dimensions"),
+        ("/v1/embeddings", {"input": SENTENCES[-1], "truncate": False}, "input"),
+        ("/v1/embeddings", {"input": [[1, 2, 99999]]}, "input"),
+        ("/v1/embeddings", {"input": "x", "prompt_name": "nope"}, "prompt_name"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}, "model"),
+        ("/v1/completions", {"prompt": "hi"}, "model"),
+    ],
+)
+async def test_openai_errors_name_the_field(client, path, body, param):
+    response = await client.post(path, json=body)
+    error = (await response.get_json())["error"]
+    assert response.status_code == 400 and error["param"] == param, error
+
+
+async def test_wrong_task_errors_in_each_route_family(make_app, encoder_dir):
+    client = (await make_app(model=RERANKER, model_dir=encoder_dir)).test_client()
+    response = await client.post("/v1/embeddings", json={"input": "x"})
+    assert response.status_code == 400 and "reranker" in (await response.get_json())["error"]["message"]
+    response = await client.post(
+        "/api/chat", json={"model": RERANKER, "messages": [{"role": "user", "content": "x"}]}
+    )
+    assert response.status_code == 400 and "reranker" in (await response.get_json())["error"]
+    response = await client.post(
+        "/v1/messages",
+        json={"model": RERANKER, "max_tokens": 4, "messages": [{"role": "user", "content": "x"}]},
+    )
+    body = await response.get_json()
+    assert response.status_code == 400 and body["type"] == "error" and "reranker" in body["error"]["message"]
+
+
+def test_openai_sdk_embeddings_base64(encoder_dir):
+    openai = pytest.importorskip("openai")
+    from blazr.server.app import create_app
+
+    app = create_app(server_settings(), model=EMBEDDER, model_dir=encoder_dir)
+    with run_live_server(app) as server:
+        sdk = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+        result = sdk.embeddings.create(model=EMBEDDER, input=list(SENTENCES[:4]))  # the SDK asks for base64
+    close([item.embedding for item in result.data], golden(EMBEDDER)["vectors"][:4])
