@@ -1,6 +1,6 @@
-"""Micro-benchmark of Backend.attention_dense on embedding shapes (all-MiniLM-L6-v2: H = 12, Dh = 32): the cpu
-backend's numba kernel (blazr.backends.cpu_dense_attention) against its numpy path (fast_kernels=False) and
-torch's scaled_dot_product_attention on the same batch padded to its longest sequence (how HF BERT models run).
+"""Micro-benchmark of Backend.attention_dense on embedding shapes (all-MiniLM-L6-v2: H = 12, Dh = 32): the
+cpu backend's numba kernel (blazr.backends.cpu_dense_attention) against its numpy path (fast_kernels=False)
+and torch's scaled_dot_product_attention on the same batch padded to its longest sequence (as HF BERT runs).
 
     python benchmarks/bench_attention_dense.py [--repeats 5] [--q-tiles 16 64 ...] [--torch-python PY]
 

@@ -5,9 +5,10 @@ __version__ = "0.1.0"
 __all__ = ["__version__", "load"]
 
 
-def load(model: str, device: str = "cpu", **kwargs):
+def load(model: str, device: str = "cpu", task: str | None = None, **kwargs):
     """Load a model by path or name: a text generator as `blazr.api.LLM` (generate, stream, chat), an
-    embedding model or reranker as `blazr.tasks.embed.Embedder` (embed, rerank)."""
+    embedding model or reranker as `blazr.tasks.embed.Embedder` (embed, rerank). task="rerank" loads a causal
+    LM as a yes/no reranker (Qwen3-Reranker), which its checkpoint cannot say by itself."""
     from blazr.api import LLM
     from blazr.loaders import load_checkpoint
     from blazr.model_dir import resolve_model
@@ -15,8 +16,9 @@ def load(model: str, device: str = "cpu", **kwargs):
 
     path = resolve_model(str(model))
     checkpoint = load_checkpoint(path)
-    if model_task(checkpoint.config, checkpoint.gguf_metadata) in ("embed", "rerank"):
+    own = model_task(checkpoint.config, checkpoint.gguf_metadata, checkpoint.directory)
+    if task is not None or own in ("embed", "rerank"):
         from blazr.tasks.embed import Embedder
 
-        return Embedder.load(path, device=device, **kwargs)
+        return Embedder.load(path, device=device, task=task, **kwargs)
     return LLM.load(path, device=device, **kwargs)

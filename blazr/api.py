@@ -85,7 +85,7 @@ class LLM:
         from blazr.tokenizer import load_tokenizer
 
         checkpoint = load_checkpoint(resolve_model(str(model)))
-        task = model_task(checkpoint.config, checkpoint.gguf_metadata)
+        task = model_task(checkpoint.config, checkpoint.gguf_metadata, checkpoint.directory)
         if task != "generate":
             raise UnsupportedError(
                 f"{checkpoint.path} is an {'embedding model' if task == 'embed' else 'reranker'}, not a text "

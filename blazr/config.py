@@ -50,6 +50,7 @@ class InferenceSettings:
     kv_cache_mb: int | None = (
         None  # (optional) KV-cache memory budget; unset: room for every sequence's num_ctx
     )
+    task: str | None = None  # (optional) rerank: serve a causal LM as a yes/no reranker (Qwen3-Reranker)
 
 
 @dataclass
@@ -277,6 +278,7 @@ VALIDATORS: dict[str, Callable[[Any], Any]] = {
     "num_ctx": _at_least(1),
     "inference.dtype": normalize_dtype,
     "inference.kv_cache_mb": _at_least(1),
+    "inference.task": _one_of("embed", "rerank"),
     "generation.max_tokens": _at_least(1),
     "generation.temperature": _between(0, 2),
     "generation.top_p": _between(0, 1),

@@ -1,5 +1,5 @@
 // attention_dense: attention without a cache over B sequences packed back to back (block-diagonal), GQA,
-// causal, window, Dk != Dv                                          reference: tests/reference.py::attention_dense
+// causal, window, Dk != Dv                                     reference: tests/reference.py::attention_dense
 // bindings: q (Tq, H, Dk) rows q_stride apart, k (Tk, Hkv, Dk) rows k_stride apart, v (Tk, Hkv, Dv) rows
 // v_stride apart, starts (2, B + 1) i32: prefix sums of q_lens then of kv_lens (made on the host, so no
 // invocation walks the batch) -> out (Tq, H, Dv); params.

@@ -264,7 +264,8 @@ def test_info_names_the_family_or_lists_the_supported_ones():
         "none: model architecture 'GPTBigCodeForCausalLM' is not supported; supported: "
     )
     assert (
-        "llama (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)" in unknown
+        "llama (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, LlamaModel, MistralModel, "
+        "Qwen2Model)" in unknown
         and "Qwen3ForCausalLM" in unknown
     )
 

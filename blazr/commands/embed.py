@@ -45,12 +45,13 @@ def embed(
     no_truncate: NoTruncate = False,
     device: o.Device = None,
     dtype: o.DType = None,
+    task: o.Task = None,
     model_dir: o.ModelDir = None,
 ) -> None:
     """Embed each non-empty line of stdin (or each --text): one JSON line {"index", "embedding"} per input,
     in order."""
     texts = text if text else _stdin_lines("embed")
-    embedder = _load(model, device, dtype, model_dir)
+    embedder = _load(model, device, dtype, model_dir, task)
     vectors = embedder.embed(texts, prompt_name=prompt_name, dimensions=dimensions, truncate=not no_truncate)
     out = sys.stdout
     for i, row in enumerate(vectors):
@@ -67,12 +68,13 @@ def rerank(
     no_truncate: NoTruncate = False,
     device: o.Device = None,
     dtype: o.DType = None,
+    task: o.Task = None,
     model_dir: o.ModelDir = None,
 ) -> None:
     """Rank the documents on stdin (one per line) by relevance to QUERY: a reranker's scores, or the cosine
     similarity of an embedding model's vectors. One JSON line {"index", "score", "text"} each, best first."""
     documents = _stdin_lines("rerank")
-    embedder = _load(model, device, dtype, model_dir)
+    embedder = _load(model, device, dtype, model_dir, task)
     scores = embedder.rerank(query, documents, truncate=not no_truncate)
     order = sorted(range(len(documents)), key=lambda i: -float(scores[i]))[: top_n or len(documents)]
     for i in order:
@@ -93,12 +95,16 @@ def _stdin_lines(command: str) -> list[str]:
     return lines
 
 
-def _load(model: str | None, device: str | None, dtype: str | None, model_dir: Path | None):
+def _load(
+    model: str | None, device: str | None, dtype: str | None, model_dir: Path | None, task: str | None = None
+):
     from blazr.model_dir import resolve_model
     from blazr.tasks.embed import Embedder
 
-    settings = o.settings_from_flags(device=device, dtype=dtype)
+    settings = o.settings_from_flags(device=device, dtype=dtype, task=task)
     path = resolve_model(
         model or DEFAULT_EMBEDDER, pull=True, directory=resolve_model_dir(settings, model_dir)
     )
-    return Embedder.load(path, device=settings.device, dtype=settings.inference.dtype)
+    return Embedder.load(
+        path, device=settings.device, dtype=settings.inference.dtype, task=settings.inference.task
+    )

@@ -73,6 +73,14 @@ ChatTemplate = Annotated[
         "--chat-template", help="Built-in template NAME or a template FILE", rich_help_panel=RUNTIME
     ),
 ]
+Task = Annotated[
+    str | None,
+    typer.Option(
+        "--task",
+        help="rerank: load a causal LM as a yes/no reranker (Qwen3-Reranker); default: what the model is",
+        rich_help_panel=RUNTIME,
+    ),
+]
 ModelDir = Annotated[
     Path | None,
     typer.Option("--model-dir", help="Model directory (default: ~/.blazr/models)", rich_help_panel=RUNTIME),
@@ -124,6 +132,7 @@ FLAG_KEYS = {
     "dtype": ("inference.dtype", "--dtype"),
     "num_ctx": ("num_ctx", "--num-ctx"),
     "chat_template": ("inference.chat_template", "--chat-template"),
+    "task": ("inference.task", "--task"),
 }
 
 

@@ -74,6 +74,7 @@ def serve(
     dtype: o.DType = None,
     num_ctx: o.NumCtx = None,
     chat_template: o.ChatTemplate = None,
+    task: o.Task = None,
     model_dir: o.ModelDir = None,
 ) -> None:
     """Serve OpenAI, Anthropic and Ollama compatible HTTP APIs (see docs/server.md)."""

@@ -9,7 +9,9 @@ architectures whose q/k rows llama.cpp's converter permuted).
 from __future__ import annotations
 
 import importlib
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -27,11 +29,19 @@ class Family:
 FAMILIES: tuple[Family, ...] = (
     Family(
         "llama",
-        ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"),
+        # the bare decoders (no LM head) are what decoder embedders like E5-Mistral are saved as
+        (
+            "LlamaForCausalLM",
+            "MistralForCausalLM",
+            "Qwen2ForCausalLM",
+            "LlamaModel",
+            "MistralModel",
+            "Qwen2Model",
+        ),
         ("llama", "mistral", "qwen2"),
         ("llama", "llama2", "llama3", "mistral", "qwen2"),
     ),
-    Family("qwen3", ("Qwen3ForCausalLM",), ("qwen3",), ("qwen3",)),
+    Family("qwen3", ("Qwen3ForCausalLM", "Qwen3Model"), ("qwen3",), ("qwen3",)),
     Family("gemma3", ("Gemma3ForCausalLM",), ("gemma3_text",), ("gemma3",)),
     Family("phi3", ("Phi3ForCausalLM",), ("phi3",), ("phi3",)),
     Family("phi", ("PhiForCausalLM",), ("phi",), ("phi2",)),
@@ -114,20 +124,37 @@ def gguf_family(arch: str) -> ModuleType | None:
     return None if module is None else importlib.import_module(f"blazr.models.{module}")
 
 
-def model_task(config: dict[str, Any], gguf_metadata: dict[str, Any] | None = None) -> str:
+def model_task(
+    config: dict[str, Any], gguf_metadata: dict[str, Any] | None = None, directory: str | Path | None = None
+) -> str:
     """What a checkpoint does: "generate" (a causal LM, run by the engine), "embed" (an encoder whose hidden
     states are pooled into sentence vectors) or "rerank" (a sequence classifier scoring query/document
-    pairs). A family module says so with `task(config)`; without one it is a causal LM."""
+    pairs). A family module says so with `task(config)`; without one it is a causal LM, unless its
+    `directory` holds a sentence-transformers modules.json with a Pooling module: then it is a decoder
+    embedder (Qwen3-Embedding, E5-Mistral), whatever architecture its config names."""
     task = getattr(get_model_module(config, gguf_metadata), "task", None)
-    return "generate" if task is None else task(config)
+    if task is not None:
+        return task(config)
+    return "embed" if directory is not None and _has_pooling(Path(directory)) else "generate"
+
+
+def _has_pooling(directory: Path) -> bool:
+    try:
+        modules = json.loads((directory / "modules.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False  # no (readable) modules.json: not a sentence-transformers model
+    return isinstance(modules, list) and any(
+        isinstance(m, dict) and str(m.get("type", "")).endswith(".Pooling") for m in modules
+    )
 
 
 def get_model_module(config: dict[str, Any], gguf_metadata: dict[str, Any] | None = None) -> ModuleType:
     return importlib.import_module(f"blazr.models.{model_module_name(config, gguf_metadata)}")
 
 
-def build_model(ckpt, backend, dtype: str | None = None):
-    """A loaded model for Checkpoint `ckpt` on `backend`, activations in `dtype` (default "f32").
+def build_model(ckpt, backend, dtype: str | None = None, lm_head: bool = True):
+    """A loaded model for Checkpoint `ckpt` on `backend`, activations in `dtype` (default "f32"). A decoder
+    built with lm_head=False (an embedder: hidden states only) neither expects nor loads its LM head.
 
     Fails before reading any weight when the backend lacks an op/dtype the model needs (UnsupportedError),
     and on a missing, unexpected or wrongly shaped tensor (CheckpointError).
@@ -150,6 +177,8 @@ def build_model(ckpt, backend, dtype: str | None = None):
     dtype = "f32" if dtype in (None, "q8") else dtype
     module = get_model_module(ckpt.config, ckpt.gguf_metadata)
     model = module.Model(module.ModelArgs.from_dict(ckpt.config), backend, dtype)
+    if not lm_head and hasattr(model, "without_head"):
+        model.without_head()
     check_supports(backend, model.required_ops())
     weights = model.sanitize(dict(ckpt.tensors))
     fits = getattr(backend, "check_model_fits", None)

@@ -17,6 +17,7 @@ import numpy as np
 
 from blazr.models.base import Array, Step, check_weights, host_array, trace, upload_batch, weight_uploader
 from blazr.models.batch import ForwardBatch
+from blazr.models.decoder_packed import PackedDecoder
 from blazr.models.layers.embedding import Embedding
 from blazr.models.layers.module import Module
 
@@ -179,7 +180,7 @@ class SandwichBlock(Module):
         return x
 
 
-class DecoderLM(Module):
+class DecoderLM(PackedDecoder, Module):
     """A causal LM on one backend: `model(batch, cache)` -> logits (R, V) of the batch's logits rows.
 
     Subclasses set ModelArgs-derived sizes through `args` (hidden_size, vocab_size, num_hidden_layers,
@@ -236,6 +237,7 @@ class DecoderLM(Module):
         """Checkpoint quirks, before the strict load; a family extends this with its own."""
         # precomputed rotary tables in old checkpoints: we build our own from the config
         weights = {k: v for k, v in weights.items() if not k.endswith("rotary_emb.inv_freq")}
+        weights = self.bare_names(weights)  # a bare decoder's names (embedders); no head when embedding
         if self.args.tie_word_embeddings:
             weights.pop(
                 self.HEAD + "weight", None

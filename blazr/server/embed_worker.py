@@ -41,7 +41,8 @@ class EmbedWorker:
         self._thread.start()
 
     async def embed(self, ids: list[list[int]], skip: np.ndarray | None = None) -> np.ndarray:
-        """(N, D) vectors of token-id lists through the model's pipeline (pooling, Dense, Normalize)."""
+        """(N, D) vectors of token-id lists through the model's pipeline up to Normalize (pooling, Dense): the
+        caller normalises as its request asks, so requests that differ in that still share a batch."""
         skip = np.zeros(len(ids), dtype=np.int64) if skip is None else skip
         return await self._submit(_Job(asyncio.get_running_loop(), self._future(), ids=ids, skip=skip))
 
@@ -95,7 +96,7 @@ class EmbedWorker:
         ids = [x for job in jobs for x in job.ids]
         skip = np.concatenate([job.skip for job in jobs])  # (N,)
         try:
-            vectors = self.embedder.embed_ids(ids, skip)  # (N, D)
+            vectors = self.embedder.embed_ids(ids, skip, normalize=False)  # (N, D): each request normalises
         except Exception as error:  # one bad batch fails its requests, never the worker
             for job in jobs:
                 job.loop.call_soon_threadsafe(_set_exception, job.future, error)

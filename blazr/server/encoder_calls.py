@@ -9,8 +9,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from blazr.engine.async_engine import EngineStoppedError
+from blazr.errors import InputError
 from blazr.server.errors import ApiError
 from blazr.server.state import LoadedModel
+from blazr.tasks.embed import unit_rows
 
 
 async def encoder_vectors(
@@ -21,12 +23,23 @@ async def encoder_vectors(
     truncate: bool = True,
     direction: str = "right",
     prompt_name: str | None = None,
+    normalize: bool | None = None,
+    field: str = "input",
 ) -> tuple[np.ndarray, int]:
-    """((N, D) vectors as the model's sentence-transformers pipeline makes them, tokens used)."""
+    """((N, D) vectors as the model's sentence-transformers pipeline makes them, unit rows when `normalize`
+    (default: when the pipeline normalises), tokens used). `field` is the request's name for the inputs."""
     embedder = model.llm
-    ids, skip = embedder.prepare(inputs, prompt_name, None, dimensions, truncate, direction)
-    vectors = await _on_worker(model.engine.embed(ids, skip))  # (N, D)
-    return embedder.shorten(vectors, dimensions), sum(len(x) for x in ids)
+    try:
+        ids, skip = embedder.prepare(inputs, prompt_name, None, dimensions, truncate, direction)
+    except InputError as error:
+        if error.param == "input" and field != "input":  # name the field as this route family spells it
+            raise InputError(str(error).replace("input", field, 1), field) from None
+        raise
+    vectors = await _on_worker(model.engine.embed(ids, skip))  # (N, D) not yet normalised
+    normalize = embedder.modules.normalize if normalize is None else normalize
+    if normalize:
+        vectors = unit_rows(vectors)
+    return embedder.shorten(vectors, dimensions, normalize), sum(len(x) for x in ids)
 
 
 async def encoder_scores(
@@ -35,9 +48,8 @@ async def encoder_scores(
     """((N,) relevance of each document: a cross-encoder's score, or a bi-encoder's cosine), tokens used)."""
     embedder = model.llm
     if model.task == "embed":
-        vectors, tokens = await encoder_vectors(model, [query, *documents], truncate=truncate)
-        unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)  # (1 + N, D)
-        return unit[1:] @ unit[0], tokens
+        vectors, tokens = await encoder_vectors(model, [query, *documents], truncate=truncate, normalize=True)
+        return vectors[1:] @ vectors[0], tokens  # (N,) cosine similarities
     scores = await _on_worker(
         model.engine.run(lambda: embedder.rerank(query, documents, truncate, raw_scores))
     )

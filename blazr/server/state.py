@@ -43,7 +43,7 @@ class LoadedModel:
 
     @property
     def task(self) -> str:
-        """"generate" (a causal LM), "embed" (a sentence embedder) or "rerank" (a cross-encoder)."""
+        """ "generate" (a causal LM), "embed" (a sentence embedder) or "rerank" (a cross-encoder)."""
         return self.llm.task
 
     @property
@@ -57,7 +57,9 @@ class LoadedModel:
     def require(self, *tasks: str, route: str) -> None:
         """400 unless the model does one of `tasks`: an embedding model asked to chat, and so on."""
         if self.task not in tasks:
-            kind = {"generate": "a text generation", "embed": "an embedding", "rerank": "a reranker"}[self.task]
+            kind = {"generate": "a text generation", "embed": "an embedding", "rerank": "a reranker"}[
+                self.task
+            ]
             serves = {
                 "generate": "chat, completions and embeddings",
                 "embed": "/v1/embeddings, /api/embed and /v1/rerank",
@@ -117,10 +119,11 @@ def load_for_serving(path: Path, settings: Settings) -> Any:
     from blazr.models import model_task
 
     checkpoint = load_checkpoint(path)
-    if model_task(checkpoint.config, checkpoint.gguf_metadata) != "generate":
+    task = settings.inference.task  # "rerank": a causal LM served as a yes/no reranker
+    if task or model_task(checkpoint.config, checkpoint.gguf_metadata, checkpoint.directory) != "generate":
         from blazr.tasks.embed import Embedder
 
-        return Embedder.load(path, device=settings.device, dtype=settings.inference.dtype)
+        return Embedder.load(path, device=settings.device, dtype=settings.inference.dtype, task=task)
     llm = LLM.load(
         path,
         device=settings.device,

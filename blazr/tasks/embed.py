@@ -47,9 +47,16 @@ class Embedder:
 
     @classmethod
     def load(
-        cls, model: str | Path, device: Any = "cpu", dtype: str | None = None, **options: Any
+        cls,
+        model: str | Path,
+        device: Any = "cpu",
+        dtype: str | None = None,
+        task: str | None = None,
+        **options: Any,
     ) -> Embedder:
-        """Load an encoder by path or catalog name onto `device` (a name as blazr.load takes, or a backend)."""
+        """Load an encoder by path or catalog name onto `device` (a name as blazr.load takes, or a backend).
+        `task="rerank"` loads a causal LM as a yes/no reranker (Qwen3-Reranker: nothing in its checkpoint
+        says so); otherwise the checkpoint's own task is used."""
         from blazr.backends import get_backend
         from blazr.loaders import load_checkpoint
         from blazr.model_dir import resolve_model
@@ -57,16 +64,13 @@ class Embedder:
         from blazr.tokenizer import load_tokenizer
 
         checkpoint = load_checkpoint(resolve_model(str(model)))
-        task = model_task(checkpoint.config, checkpoint.gguf_metadata)
-        if task not in ("embed", "rerank"):
-            raise UnsupportedError(
-                f"{checkpoint.path} is a {task} model, not an encoder; load it with blazr.load"
-            )
+        own = model_task(checkpoint.config, checkpoint.gguf_metadata, checkpoint.directory)
+        task = _chosen_task(checkpoint.path, own, task)
         backend = get_backend(device) if isinstance(device, str) else device
         # Exact float32 activations unless asked otherwise: rounding them to int8 (the CPU's default for packed
         # weights in text generation) reordered all-MiniLM Q8_0's similarity ranking (cosine 0.9975 against
         # 0.9994 in float32), and the ranking is what an embedding is for
-        net = build_model(checkpoint, backend, dtype or "f32")
+        net = build_model(checkpoint, backend, dtype or "f32", lm_head=task != "embed")
         modules = read_sentence_modules(Path(checkpoint.directory), checkpoint.gguf_metadata)
         return cls(checkpoint, load_tokenizer(checkpoint), net, net.be, modules, task, **options)
 
@@ -84,6 +88,13 @@ class Embedder:
         """The most tokens (special tokens included) an input keeps."""
         own = self.modules.max_seq_length
         return min(own, self.model.max_positions) if own else self.model.max_positions
+
+    @property
+    def is_decoder(self) -> bool:
+        """A causal decoder (a decoder embedder or yes/no reranker) rather than a bidirectional encoder."""
+        from blazr.models.decoder import DecoderLM
+
+        return isinstance(self.model, DecoderLM)
 
     @property
     def vocab_size(self) -> int:
@@ -144,7 +155,7 @@ class Embedder:
             return vectors
         normalize = self.modules.normalize if normalize is None else normalize
         short = np.ascontiguousarray(vectors[:, :dimensions])  # (N, dimensions)
-        return _unit_rows(short) if normalize else short
+        return unit_rows(short) if normalize else short
 
     def embed_ids(
         self, ids: list[list[int]], skip: np.ndarray | None = None, normalize: bool | None = None
@@ -163,17 +174,29 @@ class Embedder:
         for dense in self.modules.dense:
             vectors = dense(vectors)
         normalize = self.modules.normalize if normalize is None else normalize
-        return _unit_rows(vectors) if normalize else vectors
+        return unit_rows(vectors) if normalize else vectors
 
     # ---- reranking ----------------------------------------------------------------------------------------
 
     def rerank(
-        self, query: str, documents: Sequence[str], truncate: bool = True, raw_scores: bool = False
+        self,
+        query: str,
+        documents: Sequence[str],
+        truncate: bool = True,
+        raw_scores: bool = False,
+        instruction: str | None = None,
     ) -> np.ndarray:
         """(N,) relevance of each document to the query: a cross-encoder's score (sigmoid of its logit unless
-        raw_scores), or, for a bi-encoder, the cosine similarity of the two vectors."""
+        raw_scores), a decoder reranker's P("yes") (logit("yes") - logit("no") if raw_scores; `instruction`
+        is its task description), or, for a bi-encoder, the cosine similarity of the two vectors."""
         if not documents:
             raise InputError("documents is empty; give at least one document", "documents")
+        if self.is_decoder and self.task == "rerank":
+            from blazr.tasks import decoder_rerank
+
+            return decoder_rerank.scores(self, query, documents, truncate, raw_scores, instruction)
+        if instruction is not None:
+            raise InputError("instruction is for decoder rerankers (Qwen3-Reranker) only", "instruction")
         if self.task == "embed":
             vectors = self.embed(
                 [query, *documents], truncate=truncate, normalize=True
@@ -302,6 +325,22 @@ class Embedder:
         return f"Embedder({self.checkpoint.path}, task={self.task}, device={self.backend.name}, dim={self.dimension})"
 
 
+def _chosen_task(path: Any, own: str, asked: str | None) -> str:
+    """The task to load a checkpoint for: its own ("embed" / "rerank"), or "rerank" asked of a causal LM."""
+    if asked not in (None, "embed", "rerank"):
+        raise InputError(f"task {asked!r} must be 'embed' or 'rerank'", "task")
+    if asked is None or asked == own:
+        if own not in ("embed", "rerank"):
+            raise UnsupportedError(
+                f"{path} is a {own} model, not an encoder; load it with blazr.load (or with task='rerank' "
+                "for a yes/no decoder reranker such as Qwen3-Reranker)"
+            )
+        return own
+    if asked == "rerank" and own == "generate":
+        return "rerank"  # a causal LM scoring relevance as P("yes") (blazr.tasks.decoder_rerank)
+    raise UnsupportedError(f"{path}'s own task is {own!r}; it cannot be loaded for {asked!r}")
+
+
 def _untruncated(inner: tokenizers.Tokenizer) -> tokenizers.Tokenizer:
     """A copy of the tokenizer without the padding and truncation its tokenizer.json may carry."""
     copy = tokenizers.Tokenizer.from_str(inner.to_str())
@@ -310,6 +349,7 @@ def _untruncated(inner: tokenizers.Tokenizer) -> tokenizers.Tokenizer:
     return copy
 
 
-def _unit_rows(x: np.ndarray) -> np.ndarray:
+def unit_rows(x: np.ndarray) -> np.ndarray:
+    """Each row of x (N, D) scaled to length 1 (zero rows stay zero)."""
     norms = np.linalg.norm(x, axis=1, keepdims=True)  # (N, 1)
     return (x / np.where(norms > 0, norms, 1.0)).astype(np.float32)

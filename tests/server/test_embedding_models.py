@@ -148,3 +148,17 @@ def test_openai_sdk_embeddings_base64(encoder_dir):
         sdk = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
         result = sdk.embeddings.create(model=EMBEDDER, input=list(SENTENCES[:4]))  # the SDK asks for base64
     close([item.embedding for item in result.data], golden(EMBEDDER)["vectors"][:4])
+
+
+async def test_tei_embed_route(client):
+    want = golden(EMBEDDER)["vectors"]
+    body = await (
+        await client.post("/embed", json={"inputs": list(SENTENCES[:3]), "truncate": True})
+    ).get_json()
+    close(body, want[:3])
+    raw = await client.post("/embed", json={"inputs": SENTENCES[0], "normalize": False})
+    vector = np.asarray((await raw.get_json())[0])
+    assert abs(np.linalg.norm(vector) - 1.0) > 1e-3  # the mean-pooled vector before Normalize
+    close(vector / np.linalg.norm(vector), want[0])
+    too_long = await client.post("/embed", json={"inputs": SENTENCES[-1]})  # TEI: truncate is off by default
+    assert too_long.status_code == 400 and (await too_long.get_json())["error"]["param"] == "inputs"

@@ -18,6 +18,7 @@ ROUTE_MODULES = [
     "ollama_embed",
     "infill",
     "rerank",
+    "tei_embed",
     "tokenize",
 ]
 

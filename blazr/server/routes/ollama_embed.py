@@ -105,7 +105,7 @@ async def _model(body: dict) -> tuple[LoadedModel, float]:
 async def _vectors(model: LoadedModel, inputs: list[str], truncate: bool, dimensions: int | None):
     """((N, D) vectors, tokens used) from an embedding model's pipeline, or a text model's mean states."""
     if model.task == "embed":
-        return await encoder_vectors(model, inputs, dimensions=dimensions, truncate=truncate)
+        return await encoder_vectors(model, inputs, dimensions=dimensions, truncate=truncate, normalize=True)
     if dimensions is not None:
         raise ApiError(
             400, f"'dimensions' is not supported by text generation model '{model.name}'", param="dimensions"
