@@ -310,6 +310,14 @@ def test_act(backend, rng, kind, n):
 
 @pytest.mark.filterwarnings("error")
 @pytest.mark.parametrize("kind", ACTIVATIONS)
+def test_act_on_a_dense_grid(backend, kind):
+    """Every 0.0005 over [-30, 30]: where 1 + erf(x) or 1 + tanh(u) cancel (x around -4 to -6) a fast
+    approximation is furthest from the float64 value relative to it."""
+    check(backend, "act", np.linspace(-30, 30, 120_001, dtype=np.float32).reshape(1, -1), kind)
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("kind", ACTIVATIONS)
 @pytest.mark.parametrize("t,d", [(1, 1), (7, 33), (1, 4097)])
 def test_glu(backend, rng, kind, t, d):
     gate = wide_range(rng, t * d)[: t * d].reshape(t, d)
