@@ -162,3 +162,17 @@ async def test_tei_embed_route(client):
     close(vector / np.linalg.norm(vector), want[0])
     too_long = await client.post("/embed", json={"inputs": SENTENCES[-1]})  # TEI: truncate is off by default
     assert too_long.status_code == 400 and (await too_long.get_json())["error"]["param"] == "inputs"
+
+
+async def test_the_input_limit_is_a_setting(make_app, encoder_dir):
+    client = (await make_app(model=EMBEDDER, model_dir=encoder_dir, max_embedding_inputs=3)).test_client()
+    assert (await client.post("/v1/embeddings", json={"input": ["a", "b", "c"]})).status_code == 200
+    for path, body, field in (
+        ("/v1/embeddings", {"input": ["a"] * 4}, "input"),
+        ("/embed", {"inputs": ["a"] * 4}, "inputs"),
+    ):
+        response = await client.post(path, json=body)
+        error = (await response.get_json())["error"]
+        assert response.status_code == 400 and error["param"] == field and "limit is 3" in error["message"]
+    response = await client.post("/api/embed", json={"model": EMBEDDER, "input": ["a"] * 4})
+    assert response.status_code == 400 and "limit is 3" in (await response.get_json())["error"]

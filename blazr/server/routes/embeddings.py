@@ -18,10 +18,16 @@ from blazr.server.openai_format import embeddings_body
 from blazr.server.openai_request import load_model
 from blazr.server.openapi import documented
 from blazr.server.protocol import get_bool, get_int, get_str, read_json
-from blazr.server.state import LoadedModel
+from blazr.server.state import LoadedModel, current_state
 
 bp = Blueprint("embeddings", __name__)
-MAX_INPUTS = 2048  # as OpenAI
+
+
+def max_inputs() -> int:
+    """Inputs one embedding request may hold: server.max_embedding_inputs (2048 by default, as OpenAI)."""
+    return current_state().settings.server.max_embedding_inputs
+
+
 ENCODINGS = ("float", "base64")
 
 
@@ -34,8 +40,8 @@ def parse_inputs(raw: Any) -> list[str | list[int]]:
     if isinstance(raw, str) or (_is_ids(raw) and raw):
         return [raw]
     if isinstance(raw, list) and raw:
-        if len(raw) > MAX_INPUTS:
-            raise ApiError(400, f"'input' has {len(raw)} items; the limit is {MAX_INPUTS}", param="input")
+        if len(raw) > max_inputs():
+            raise ApiError(400, f"'input' has {len(raw)} items; the limit is {max_inputs()}", param="input")
         for i, item in enumerate(raw):
             if not (isinstance(item, str) or _is_ids(item)):
                 raise ApiError(400, f"'input[{i}]' must be a string or an array of token ids", param="input")

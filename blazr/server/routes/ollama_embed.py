@@ -15,7 +15,7 @@ from blazr.server.errors import ApiError
 from blazr.server.generation import embed
 from blazr.server.openapi import documented
 from blazr.server.protocol import get_bool, get_int, get_str, read_json
-from blazr.server.routes.embeddings import MAX_INPUTS
+from blazr.server.routes.embeddings import max_inputs
 from blazr.server.state import LoadedModel, current_state
 
 bp = Blueprint("ollama_embed", __name__)
@@ -61,8 +61,8 @@ async def embed_inputs():
     inputs = [raw] if isinstance(raw, str) else raw
     if not isinstance(inputs, list) or not inputs or not all(isinstance(x, str) for x in inputs):
         raise ApiError(400, "'input' must be a non-empty string or array of strings", param="input")
-    if len(inputs) > MAX_INPUTS:
-        raise ApiError(400, f"'input' has {len(inputs)} items; the limit is {MAX_INPUTS}", param="input")
+    if len(inputs) > max_inputs():
+        raise ApiError(400, f"'input' has {len(inputs)} items; the limit is {max_inputs()}", param="input")
     truncate = bool(get_bool(body, "truncate", default=True))
     dimensions = get_int(body, "dimensions", min=1)
     model, loaded = await _model(body)
