@@ -26,6 +26,7 @@ from blazr.backends.cpu_attention import (  # noqa: F401 (the backend's ops)
     attention_decode_alibi,
     attention_prefill,
 )
+from blazr.backends.cpu_math import erfc_pos, exp_neg, tanh
 
 
 @njit(cache=True, fastmath=True, nogil=True)
@@ -104,83 +105,16 @@ def _silu_mul_row(g_row, u_row, o_row):
 GELU, GELU_TANH, RELU, TANH = 1, 2, 3, 4
 
 
-# Activations in float32 arithmetic that vectorises: libm's erf, tanh and exp are scalar calls (numba has no
-# SVML here), and GELU took 12 ns a value that way, a quarter of all-MiniLM's embedding time. tanh is Eigen's
-# rational minimax form (generic_fast_tanh_float, as XLA uses; max abs error 3.2e-7). GELU and GELU-tanh are
-# written without 1 + erf / 1 + tanh, which cancel for negative inputs (1 + erf(-3) is 2e-5): GELU through
-# erfc(|z|) (Numerical Recipes' erfcc, relative error 1.2e-7), GELU-tanh as x * sigmoid(2u), both on a table
-# exp (below). Max error against float64 over [-30, 30]: 3% of the op tolerance (1e-6 + 1e-5 |y|).
-_TANH_P = (
-    -2.76076847742355e-16,
-    2.00018790482477e-13,
-    -8.60467152213735e-11,
-    5.12229709037114e-08,
-    1.48572235717979e-05,
-    6.37261928875436e-04,
-    4.89352455891786e-03,
-)
-_TANH_Q = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03)
-_TANH_CLAMP = 7.90531110763549805  # tanh is +-1 in float32 beyond
-_EXP_NEG = np.exp(-np.arange(89.0)).astype(np.float32)  # (89,) e^-n, n = 0..88
-_E_HALF = np.float32(math.exp(-0.5))
-
-
-@njit(inline="always")
-def _exp_neg(a):
-    """e^a for a float32 a <= 0 (e^-87 below that): e^-n from a table (a gather, which vectorises; numba has
-    no scalar bit cast to build 2^k) times e^(r - 1/2) by a degree-7 Taylor polynomial, |r - 1/2| <= 1/2
-    (relative error 1e-7)."""
-    a = max(a, np.float32(-87.0))
-    n = np.int32(-a)  # floor(-a)
-    r = a + np.float32(n) + np.float32(0.5)  # in (-0.5, 0.5]
-    p = np.float32(1.0 / 5040.0) * r + np.float32(1.0 / 720.0)
-    p = p * r + np.float32(1.0 / 120.0)
-    p = p * r + np.float32(1.0 / 24.0)
-    p = p * r + np.float32(1.0 / 6.0)
-    p = p * r + np.float32(0.5)
-    p = p * r + np.float32(1.0)
-    p = p * r + np.float32(1.0)
-    return _EXP_NEG[n] * _E_HALF * p
-
-
-@njit(inline="always")
-def _erfc_pos(z):
-    """erfc(z) for z >= 0: Numerical Recipes' erfcc, t exp(-z^2 + P(t)) with t = 1 / (1 + z / 2)."""
-    t = np.float32(1.0) / (np.float32(1.0) + np.float32(0.5) * z)
-    p = np.float32(0.17087277) * t + np.float32(-0.82215223)
-    p = p * t + np.float32(1.48851587)
-    p = p * t + np.float32(-1.13520398)
-    p = p * t + np.float32(0.27886807)
-    p = p * t + np.float32(-0.18628806)
-    p = p * t + np.float32(0.09678418)
-    p = p * t + np.float32(0.37409196)
-    p = p * t + np.float32(1.00002368)
-    p = p * t + np.float32(-1.26551223)
-    return t * _exp_neg(-z * z + p)
-
-
-@njit(inline="always")
-def _tanh(u):
-    """tanh of a float32 u (clamped to where float32's tanh is not yet +-1), Horner steps written out: a loop
-    over the coefficient tuple stays a loop in LLVM and keeps the caller's loop from vectorising."""
-    u = min(max(u, np.float32(-_TANH_CLAMP)), np.float32(_TANH_CLAMP))
-    u2 = u * u
-    p = np.float32(_TANH_P[0]) * u2 + np.float32(_TANH_P[1])
-    p = p * u2 + np.float32(_TANH_P[2])
-    p = p * u2 + np.float32(_TANH_P[3])
-    p = p * u2 + np.float32(_TANH_P[4])
-    p = p * u2 + np.float32(_TANH_P[5])
-    p = p * u2 + np.float32(_TANH_P[6])
-    q = np.float32(_TANH_Q[0]) * u2 + np.float32(_TANH_Q[1])
-    q = q * u2 + np.float32(_TANH_Q[2])
-    q = q * u2 + np.float32(_TANH_Q[3])
-    return u * p / q
+# Activations in float32 arithmetic that vectorises (blazr.backends.cpu_math): GELU through libm's erf took 12 ns
+# a value, a quarter of all-MiniLM's embedding time. GELU and GELU-tanh are written without 1 + erf / 1 + tanh,
+# which cancel for negative inputs (1 + erf(-3) is 2e-5): GELU through erfc(|z|), GELU-tanh as x * sigmoid(2u).
+# Max error against float64 over [-30, 30]: 3% of the op tolerance (1e-6 + 1e-5 |y|).
 
 
 @njit(inline="always")
 def _gelu(x):
     """x Phi(x) = x erfc(-x / sqrt 2) / 2, from erfc(|x| / sqrt 2) so that neither side cancels."""
-    e = _erfc_pos(abs(x) * np.float32(0.7071067811865476))
+    e = erfc_pos(abs(x) * np.float32(0.7071067811865476))
     return np.float32(0.5) * x * e if x < np.float32(0.0) else x * (np.float32(1.0) - np.float32(0.5) * e)
 
 
@@ -188,14 +122,14 @@ def _gelu(x):
 def _gelu_tanh(x):
     """0.5 x (1 + tanh u) = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3), from e^-2|u| <= 1."""
     u = np.float32(0.7978845608028654) * (x + np.float32(0.044715) * x * x * x)
-    e = _exp_neg(np.float32(-2.0) * abs(u))
+    e = exp_neg(np.float32(-2.0) * abs(u))
     return x * (e / (np.float32(1.0) + e) if u < np.float32(0.0) else np.float32(1.0) / (np.float32(1.0) + e))
 
 
 @njit(inline="always")
 def _silu(g):
     """g sigmoid(g) from e^-|g| <= 1 (the table exp: libm's expf kept this loop scalar at 2.5 ns a value)."""
-    e = _exp_neg(-abs(g))
+    e = exp_neg(-abs(g))
     return g * (e / (np.float32(1.0) + e) if g < np.float32(0.0) else np.float32(1.0) / (np.float32(1.0) + e))
 
 
@@ -214,7 +148,7 @@ def _act_row(x_row, kind, o_row):
             o_row[i] = max(x_row[i], np.float32(0.0))
     elif kind == TANH:
         for i in range(n):
-            o_row[i] = _tanh(x_row[i])
+            o_row[i] = tanh(x_row[i])
     else:  # SiLU
         for i in range(n):
             o_row[i] = _silu(x_row[i])
