@@ -2,7 +2,10 @@
 cpu backend's numba kernel (blazr.backends.cpu_dense_attention) against its numpy path (fast_kernels=False)
 and torch's scaled_dot_product_attention on the same batch padded to its longest sequence (as HF BERT runs).
 
-    python benchmarks/bench_attention_dense.py [--repeats 5] [--q-tiles 16 64 ...] [--torch-python PY]
+    python benchmarks/bench_attention_dense.py [--repeats 5] [--q-tiles 128 ...] [--torch-python PY]
+
+The first numba column is the backend's choice (the short-sequence kernel when every sequence has at most
+cpu_dense_short.MAX_KEYS keys); each --q-tiles column times the tiled kernel alone at that query tile.
 
 torch is optional: it is timed in a subprocess of --torch-python (default: .venv-parity/bin/python beside this
 repo if it exists, else this interpreter), and its column says "-" when torch cannot be imported there.
@@ -108,11 +111,18 @@ def main() -> int:
 
     sys.path.insert(0, str(REPO))
     from blazr.backends import cpu_dense_attention as kernels
+    from blazr.backends import cpu_dense_short as short
     from blazr.backends.cpu import Backend
 
     fast, numpy_path = Backend(fast_kernels=True), Backend(fast_kernels=False)
     torch_ms = torch_column(args.torch_python, args.repeats)
-    head = ["shape (B x len)", "tokens", f"numba q{kernels.Q_TILE} k{kernels.K_TILE}"]
+    # the backend's choice: the short-sequence kernel (cpu_dense_short) when every sequence has at most
+    # MAX_KEYS keys, else the tiled one; --q-tiles times the tiled kernel alone
+    head = [
+        "shape (B x len)",
+        "tokens",
+        f"numba (short <= {short.MAX_KEYS}, else q{kernels.Q_TILE} k{kernels.K_TILE})",
+    ]
     head += [f"numba q{qt}" for qt in args.q_tiles]
     head += ["numpy", "torch sdpa", "numpy / numba", "torch / numba"]
     print("| " + " | ".join(head) + " |")

@@ -256,7 +256,16 @@ DENSE_ATTENTION_CASES = {
     "local_window": (4, 2, 8, 8, [(40, 40), (9, 9)], False, 5),
     "causal_window": (4, 4, 8, 8, [(33, 33), (6, 30)], True, 7),
     "blind_queries": (2, 1, 8, 8, [(5, 2)], True, 0),  # the first 3 queries precede every key: zeros
+    # the cpu backend's short-sequence kernel (every kv_len <= 128, Dv a multiple of 16)
+    "short_batch": (12, 12, 32, 32, "short200", False, 0),  # 200 sequences of 1..80 tokens (all-MiniLM)
+    "short_batch_gqa": (12, 4, 32, 32, "short200", False, 0),
+    "short_dk_ne_dv": (4, 2, 24, 16, [(5, 5), (17, 17), (128, 128)], False, 0),
+    "short_cross": (4, 2, 32, 32, [(3, 40), (1, 7), (9, 2), (0, 5), (20, 0)], False, 0),
+    "short_causal": (4, 2, 32, 32, [(7, 7), (33, 33), (1, 1), (4, 20)], True, 0),
+    "short_window": (4, 4, 64, 64, [(40, 40), (9, 9), (70, 70)], False, 5),
+    "short_causal_window": (4, 1, 32, 32, [(33, 33), (6, 30), (5, 2)], True, 7),
 }
+_SHORT200 = [(n, n) for n in np.random.default_rng(7).integers(1, 81, 200).tolist()]
 
 
 def dense_inputs(rng, h, hkv, dk, dv, seqs):
@@ -268,6 +277,7 @@ def dense_inputs(rng, h, hkv, dk, dv, seqs):
 @pytest.mark.parametrize("case", list(DENSE_ATTENTION_CASES))
 def test_attention_dense(backend, rng, case):
     h, hkv, dk, dv, seqs, causal, window = DENSE_ATTENTION_CASES[case]
+    seqs = _SHORT200 if seqs == "short200" else seqs
     check(backend, "attention_dense", *dense_inputs(rng, h, hkv, dk, dv, seqs), dk**-0.5, causal, window)
 
 

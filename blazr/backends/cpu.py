@@ -238,8 +238,13 @@ class Backend(ArrayAPIBackend):
             q, k, v = (np.ascontiguousarray(a) for a in (q, k, v))
             out = np.empty((q.shape[0], q.shape[1], v.shape[2]), dtype=np.float32)  # (Tq, H, Dv)
             lens = (np.ascontiguousarray(q_lens), np.ascontiguousarray(kv_lens))  # (B,) each
-            flags = (np.float32(scale), bool(causal), int(window), kernels.Q_TILE)
-            if kernels.attention_dense(q, k, v, *lens, *flags, out):
+            flags = (np.float32(scale), bool(causal), int(window))
+            # sequences of at most short.MAX_KEYS keys: one task per sequence, every head (it declines longer)
+            from blazr.backends import cpu_dense_short as short
+
+            if short.attention_short(q, k, v, *lens, *flags, out):
+                return out
+            if kernels.attention_dense(q, k, v, *lens, *flags, kernels.Q_TILE, out):
                 return out
         return super().attention_dense(q, k, v, q_lens, kv_lens, scale, causal, window)
 
