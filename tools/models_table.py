@@ -119,19 +119,40 @@ def encoder_cell(results: dict[str, str], case: str, backend: str) -> str:
     return results.get(f"test_vectors_equal_sentence_transformers[{backend}-{case}]", "-")
 
 
-def gguf_encoder_cells(results: dict[str, str]) -> str:
-    """test_embed_gguf.py's outcomes per file type and backend, as one line."""
+def gguf_encoder_cells(results: dict[str, str]) -> list[str]:
+    """test_embed_gguf.py's outcomes per file and backend, one line per tiny case."""
+    from tests.test_embed_gguf import EMBEDDERS, RERANKERS
+
+    # (case, test, the parameters before the file type, file types)
     files = [
-        ("test_gguf_embedder_equals_sentence_transformers", t, f"bert_mean_normalize {t}")
-        for t in ("f32", "f16", "q8_0")
+        (
+            "bert_mean_normalize",
+            "test_gguf_embedder_equals_sentence_transformers",
+            "",
+            ("f32", "f16", "q8_0"),
+        ),
+        ("bert_reranker", "test_gguf_reranker_scores_as_llama_cpp_heads_them", "", ("f32", "f16")),
     ]
     files += [
-        ("test_gguf_reranker_scores_as_llama_cpp_heads_them", t, f"bert_reranker {t}") for t in ("f32", "f16")
+        (c, "test_gguf_family_embedder_equals_sentence_transformers", f"{c}-", ("f32", "f16"))
+        for c in EMBEDDERS
     ]
-    return "; ".join(
-        f"{label} " + ", ".join(f"{b} {results.get(f'{test}[{b}-{t}]', '-')}" for b in ENCODER_BACKENDS)
-        for test, t, label in files
-    )
+    files += [
+        (c, "test_gguf_family_reranker_equals_transformers", f"{c}-", ("f32", "f16")) for c in RERANKERS
+    ]
+    files += [
+        (c, "test_gguf_modernbert_equals_transformers_on_its_ids", f"{c}-", ("f32", "f16"))
+        for c in ("modernbert_mean_normalize", "modernbert_reranker")
+    ]
+    return [
+        f"- {case}: "
+        + "; ".join(
+            f"{t} "
+            + ", ".join(f"{b} {results.get(f'{test}[{b}-{params}{t}]', '-')}" for b in ENCODER_BACKENDS)
+            for t in types
+        )
+        for case, test, params, types in files
+    ]
 
 
 def cpu_model() -> str:
@@ -205,7 +226,12 @@ def render(results: dict[str, str]) -> str:
         + ", ".join(f"{b} {r}" for b, r in zip(ENCODER_BACKENDS, minilm, strict=True))
         + ".",
         "",
-        "GGUF (llama.cpp's converter, `tests/test_embed_gguf.py`): " + gguf_encoder_cells(results) + ".",
+        "GGUF (llama.cpp's converter, `tests/test_embed_gguf.py`; RoBERTa, XLM-RoBERTa and DistilBERT are written",
+        "as `bert` and run as BERT; DistilBERT's reranker head keeps HF's ReLU where llama.cpp applies tanh;",
+        "ModernBERT's run on its tokenizer's ids, as the converter writes the tiny WordPiece vocabulary as a",
+        "merge-less BPE blazr refuses):",
+        "",
+        *gguf_encoder_cells(results),
         "",
         "## Real checkpoints",
         "",

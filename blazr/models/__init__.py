@@ -62,6 +62,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("qwen3_moe", ("Qwen3MoeForCausalLM",), ("qwen3_moe",), ("qwen3moe",)),
     Family("granitemoe", ("GraniteMoeForCausalLM",), ("granitemoe",), ("granitemoe",)),
     # encoders: sentence embedders and cross-encoder rerankers (blazr.tasks.embed), not causal LMs
+    # (llama.cpp's converter writes RoBERTa, XLM-RoBERTa and DistilBERT as "bert": bert.gguf_config runs them)
     Family("bert", ("BertModel", "BertForMaskedLM", "BertForSequenceClassification"), ("bert",), ("bert",)),
     Family(
         "roberta",
@@ -86,7 +87,7 @@ FAMILIES: tuple[Family, ...] = (
         "modernbert",
         ("ModernBertModel", "ModernBertForMaskedLM", "ModernBertForSequenceClassification"),
         ("modernbert",),
-        (),
+        ("modern-bert",),
     ),
 )
 

@@ -49,6 +49,9 @@ class ModelArgs(BaseModelArgs):
     # classifiers: whether the head has its pooler layer; False only for GGUF files of llama.cpp's converter,
     # which drops bert.pooler.dense (llama.cpp then scores classifier(first token), and so does blazr)
     classifier_pooler: bool = True
+    # classifiers: the activation after the pooler, None for the family's own (HEAD); GGUF files of DistilBERT
+    # rerankers, which the converter writes as "bert", say "relu" (their pre_classifier's)
+    classifier_act: str | None = None
 
     def __post_init__(self):
         if self.position_embedding_type != "absolute":
@@ -114,6 +117,7 @@ class Model(EncoderModel):
         self.layers = [self._block(i) for i in range(args.num_hidden_layers)]
         names, act = self.HEAD
         names = names if args.classifier_pooler else (None, names[1])
+        act = args.classifier_act or act
         self.head = (
             ClassificationHead(backend, d, args.num_labels, names, act) if args.is_classifier else None
         )
@@ -175,7 +179,14 @@ def gguf_config(arch: str, get, config: dict[str, Any], shapes: dict[str, tuple[
     """llama.cpp's reading of a bert file (src/models/bert.cpp): LayerNorm eps from
     attention.layer_norm_epsilon, the position table's length from context_length, the token-type count from
     token_types.weight. The activation is not written: BERT configs say exact "gelu". A cls.output tensor
-    (labels, D) makes it a sequence classifier (a reranker)."""
+    (labels, D) makes it a sequence classifier (a reranker).
+
+    The converter writes RoBERTa, XLM-RoBERTa and DistilBERT as "bert" too, and they run as BERT: RoBERTa's
+    position table comes without its padding_idx + 1 offset rows (positions start at 0, as here), its
+    classifier.dense / out_proj as cls / cls.output (BERT's pooler and classifier, same tanh), its tokenizer
+    ("gpt2" or "t5") gives segment 0 only. DistilBERT's file has no token_types (all other encoders have
+    one) and its head's pre_classifier is followed by ReLU in HF's model: llama.cpp applies tanh to every
+    bert file's cls, which changes such a reranker's scores; blazr keeps the model's ReLU."""
     out = config | {
         "model_type": "bert",
         "architectures": ["BertModel"],
@@ -191,4 +202,6 @@ def gguf_config(arch: str, get, config: dict[str, Any], shapes: dict[str, tuple[
             "id2label": {str(i): str(name) for i, name in enumerate(labels)} or None,
             "classifier_pooler": "cls.weight" in shapes,
         }
+        if "token_types.weight" not in shapes and "cls.weight" in shapes:
+            out["classifier_act"] = "relu"  # DistilBERT's pre_classifier (see above)
     return out

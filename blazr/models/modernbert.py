@@ -256,3 +256,62 @@ class Model(EncoderModel):
         ends = np.cumsum(seq_lens)  # (B,)
         means = np.stack([h[e - n : e].mean(0) for e, n in zip(ends, seq_lens, strict=True)])  # (B, D)
         return self.be.download(self.head(self.be.upload(means)))
+
+
+# ---- GGUF: llama.cpp's "modern-bert" architecture (its conversion/bert.py ModernBertModel writes it) ----------
+
+GGUF_TENSOR_NAMES = {
+    "token_embd": "embeddings.tok_embeddings",
+    "token_embd_norm": "embeddings.norm",
+    "output_norm": "final_norm",
+    "blk.{N}.attn_norm": "layers.{N}.attn_norm",  # none in layer 0 (HF's Identity)
+    "blk.{N}.attn_qkv": "layers.{N}.attn.Wqkv",
+    "blk.{N}.attn_output": "layers.{N}.attn.Wo",
+    "blk.{N}.ffn_norm": "layers.{N}.mlp_norm",
+    "blk.{N}.ffn_up": "layers.{N}.mlp.Wi",  # (2F, D) as HF's: the activated rows, then the gate rows
+    "blk.{N}.ffn_down": "layers.{N}.mlp.Wo",
+    "cls": "head.dense",
+    "cls.norm": "head.norm",
+    "cls.output": "classifier",  # ModernBertForSequenceClassification's, renamed classifier.out_proj
+}
+GGUF_QK_PERMUTED: frozenset[str] = frozenset()  # q/k rows are as in HF (llama.cpp rotates them neox-style)
+GGUF_CONFIG_READS_TENSORS = True  # biases and a classifier are told by the tensors the file has
+# {arch}.classifier.pooling_type (llama_pooling_type) -> classifier_pooling
+GGUF_POOLING = {1: "mean", 2: "cls"}
+
+
+def gguf_config(arch: str, get, config: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+    """llama.cpp's reading of a modern-bert file (src/models/modern-bert.cpp): global / local rope bases from
+    rope.freq_base / freq_base_swa, the window from attention.sliding_window (none: all layers global), every
+    sliding_window_pattern-th layer global from layer 0 (or per-layer flags, true for local), the LayerNorm eps
+    (written as layer_norm_rms_epsilon), the MLP's activation (GeGLU when absent). llama.cpp reads no bias;
+    the converter writes those a checkpoint has, and blazr reads them. A cls.output tensor makes a reranker,
+    pooling as classifier.pooling_type says (mean when absent, as llama.cpp defaults), its head GELU."""
+    window, pattern = int(get("attention.sliding_window", 0) or 0), get("attention.sliding_window_pattern", 3)
+    n = config["num_hidden_layers"]
+    flags = pattern if isinstance(pattern, list) else [i % int(pattern) for i in range(n)]
+    kinds = [KINDS[bool(window) and bool(flag)] for flag in flags]  # a local layer needs a window
+    eps = get("attention.layer_norm_epsilon", None) or get("attention.layer_norm_rms_epsilon", 1e-5)
+    out = config | {
+        "model_type": "modernbert",
+        "architectures": ["ModernBertModel"],
+        "hidden_activation": str(get("hidden_activation", "gelu")),
+        "norm_eps": float(eps),
+        "layer_types": kinds,
+        "local_attention": window,
+        "global_rope_theta": float(get("rope.freq_base", 160_000.0)),
+        "local_rope_theta": float(get("rope.freq_base_swa", 10_000.0)),
+        "norm_bias": "token_embd_norm.bias" in shapes,
+        "attention_bias": "blk.0.attn_qkv.bias" in shapes,
+        "mlp_bias": "blk.0.ffn_up.bias" in shapes,
+    }
+    if "cls.output.weight" in shapes:
+        labels = get("classifier.output_labels", None) or []
+        out |= {
+            "architectures": ["ModernBertForSequenceClassification"],
+            "num_labels": shapes["cls.output.weight"][0],
+            "id2label": {str(i): str(name) for i, name in enumerate(labels)} or None,
+            "classifier_pooling": GGUF_POOLING.get(get("classifier.pooling_type", 1), "mean"),
+            "classifier_bias": "cls.bias" in shapes,
+        }
+    return out

@@ -1,8 +1,11 @@
 """Build a `tokenizers.Tokenizer` from the vocabulary embedded in a GGUF file (`tokenizer.ggml.*` keys).
 
-Two vocabulary kinds exist in practice: `gpt2` (byte-level BPE with explicit merges and a pre-tokenizer regex
-named by `tokenizer.ggml.pre`) and `llama` (SentencePiece-style: pieces with scores, `▁` for spaces and
-`<0xXX>` byte pieces). Both become a Hugging Face BPE model, so encode/decode behave like `tokenizer.json`.
+The vocabulary kinds: `gpt2` (byte-level BPE with explicit merges and a pre-tokenizer regex named by
+`tokenizer.ggml.pre`) and `llama` (SentencePiece-style: pieces with scores, `▁` for spaces and `<0xXX>` byte
+pieces) both become a Hugging Face BPE model; `bert` (WordPiece) a WordPiece model; `t5` (SentencePiece
+unigram: XLM-RoBERTa, T5) a Unigram model. So encode/decode behave like `tokenizer.json`. In an encoder's file
+(ENCODER_ARCHITECTURES) the special tokens around a text or a pair come from a post-processor, as in
+`tokenizer.json`: the GGUF's add_bos / add_eos / add_sep flags laid out as llama.cpp lays them out.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import warnings
 from typing import Any
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
-from tokenizers.models import BPE, WordPiece
+from tokenizers.models import BPE, Unigram, WordPiece
 
 from blazr.errors import TokenizerError
 
@@ -19,6 +22,8 @@ from blazr.errors import TokenizerError
 TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 4, 5, 6
 
 SPM_SPACE = "\u2581"  # "▁", SentencePiece's visible space
+# GGUF architectures of encoders (embedders, rerankers): their texts get special tokens from a post-processor
+ENCODER_ARCHITECTURES = frozenset({"bert", "modern-bert"})
 
 # Pre-tokenizer regexes. Where Hugging Face's tokenizer.json has the original pattern we use it (the Rust
 # regex engine in `tokenizers` supports it); otherwise llama.cpp's llama-vocab.cpp lists are the reference.
@@ -72,7 +77,8 @@ PRE_TOKENIZER_REGEXES: dict[str, list[str]] = {
         [r"\p{N}", GPT2_REGEX],
     ),
     **dict.fromkeys(
-        ["gpt2", "gpt-2", "phi-2", "mpt", "olmo", "jais", "jina-es", "jina-de", "gigachat", "exaone4"],
+        ["gpt2", "gpt-2", "phi-2", "mpt", "olmo", "jais", "jina-es", "jina-de", "gigachat", "exaone4"]
+        + ["roberta-bpe", "modern-bert", "jina-v1-en", "jina-v2-code"],  # encoders' (llama.cpp: GPT2)
         [GPT2_REGEX],
     ),
     **dict.fromkeys(["gpt-4o", "llama4"], [GPT4O_REGEX]),
@@ -105,23 +111,25 @@ def build_gguf_tokenizer(meta: dict[str, Any]) -> Tokenizer:
         raise TokenizerError(
             "GGUF file has no embedded tokenizer (keys tokenizer.ggml.model and tokenizer.ggml.tokens)"
         )
-    if model == "gpt2":
-        return _build_byte_level_bpe(meta)
-    if model == "llama":
-        return _build_sentencepiece_bpe(meta)
     if model == "bert":
         return _build_wordpiece(meta)
-    raise TokenizerError(
-        f"GGUF tokenizer.ggml.model = {model!r} is not supported (blazr builds 'gpt2' byte-level BPE, "
-        "'llama' SentencePiece and 'bert' WordPiece vocabularies)"
-    )
+    builders = {"gpt2": _build_byte_level_bpe, "llama": _build_sentencepiece_bpe, "t5": _build_unigram}
+    if model not in builders:
+        raise TokenizerError(
+            f"GGUF tokenizer.ggml.model = {model!r} is not supported (blazr builds 'gpt2' byte-level BPE, "
+            "'llama' SentencePiece, 't5' SentencePiece unigram and 'bert' WordPiece vocabularies)"
+        )
+    tok = builders[model](meta)
+    if meta.get("general.architecture") in ENCODER_ARCHITECTURES:
+        tok.post_processor = _encoder_template(meta, _strings(tokens))
+    return tok
 
 
 def gguf_add_bos_default(meta: dict[str, Any]) -> bool:
     """Whether to prepend BOS: tokenizer.ggml.add_bos_token when present, else llama.cpp's defaults
     (SentencePiece vocabs and Llama-3-style BPE vocabs add it, other BPE vocabs do not)."""
-    if gguf_value(meta, "model") == "bert":
-        return False  # [CLS] ... [SEP] come from the WordPiece tokenizer's post-processor
+    if gguf_value(meta, "model") == "bert" or meta.get("general.architecture") in ENCODER_ARCHITECTURES:
+        return False  # [CLS] ... [SEP] (<s> ... </s>) come from the encoder tokenizer's post-processor
     explicit = gguf_value(meta, "add_bos_token")
     if explicit is not None:
         return bool(explicit)
@@ -271,3 +279,62 @@ def _special_text(meta: dict[str, Any], pieces: list[str], keys: tuple[str, ...]
         if isinstance(index, int) and 0 <= index < len(pieces):
             return pieces[index]
     return text if text in pieces else None
+
+
+def _build_unigram(meta: dict[str, Any]) -> Tokenizer:
+    """A SentencePiece unigram vocabulary ("t5": XLM-RoBERTa's, T5's) as tokenizer.json has it: a Unigram model
+    over tokenizer.ggml.tokens / scores, the model's own normalisation (its precompiled_charsmap, as the
+    converter copied it from the SentencePiece model) and the Metaspace pre-tokenizer: words split at
+    whitespace (removing runs of it, remove_extra_whitespaces) each with a leading "▁" (add_space_prefix)."""
+    tokens = _strings(gguf_value(meta, "tokens"))
+    types = _token_types(meta, len(tokens))
+    scores = [float(s) for s in gguf_value(meta, "scores", [])] or [0.0] * len(tokens)
+    unk_id = gguf_value(meta, "unknown_token_id")
+    if unk_id is None:  # the first piece typed UNKNOWN (XLM-R: <unk> at 3)
+        unk_id = next((i for i, t in enumerate(types) if t == TOKEN_UNKNOWN), None)
+    byte_fallback = TOKEN_BYTE in types
+    tok = Tokenizer(
+        Unigram(list(zip(tokens, scores, strict=True)), unk_id=unk_id, byte_fallback=byte_fallback)
+    )
+    charsmap = gguf_value(meta, "precompiled_charsmap")
+    if charsmap is not None and len(charsmap):
+        raw = charsmap if isinstance(charsmap, bytes) else bytes(int(b) & 0xFF for b in charsmap)
+        tok.normalizer = normalizers.Precompiled(raw)
+    prepend = "always" if gguf_value(meta, "add_space_prefix", True) else "never"
+    metaspace = pre_tokenizers.Metaspace(replacement=SPM_SPACE, prepend_scheme=prepend)
+    if gguf_value(meta, "remove_extra_whitespaces", True):
+        metaspace = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), metaspace])
+    tok.pre_tokenizer = metaspace
+    decode = [decoders.ByteFallback(), decoders.Fuse()] if byte_fallback else []
+    tok.decoder = decoders.Sequence(
+        [*decode, decoders.Metaspace(replacement=SPM_SPACE, prepend_scheme=prepend)]
+    )
+    _add_marked_tokens(tok, tokens, types)
+    return tok
+
+
+def _encoder_template(meta: dict[str, Any], tokens: list[str]) -> processors.TemplateProcessing:
+    """An encoder's special tokens as llama.cpp adds them (llama-vocab.cpp's tokenize, the server's rerank
+    prompt): [bos] A [eos] for a text, [bos] A [eos] [sep] B [eos] for a pair, each where its add_* flag says
+    (RoBERTa / XLM-R: <s> A </s></s> B </s>; ModernBERT: [CLS] A [SEP] B [SEP]). Every token is segment 0:
+    these families' tokenizers give the model no token type ids."""
+    flags = {k: bool(gguf_value(meta, f"add_{k}_token", False)) for k in ("bos", "eos", "sep")}
+    ids = {
+        k: gguf_value(meta, f"{key}_token_id")
+        for k, key in (("bos", "bos"), ("eos", "eos"), ("sep", "seperator"))
+    }
+    if flags["eos"] and ids["eos"] is None:
+        ids["eos"] = ids["sep"]  # as the server falls back
+    used = [k for k in ("bos", "eos", "sep") if flags[k]]
+    missing = [k for k in used if not (isinstance(ids[k], int) and 0 <= ids[k] < len(tokens))]
+    if missing:
+        raise TokenizerError(
+            f"GGUF encoder vocabulary adds {', '.join(missing)} tokens but names no valid id"
+        )
+    text = {k: tokens[ids[k]] for k in used}
+    bos, eos, sep = ([text[k]] if flags[k] else [] for k in ("bos", "eos", "sep"))
+    return processors.TemplateProcessing(
+        single=[*bos, "$A", *eos],
+        pair=[*bos, "$A", *eos, *sep, "$B", *eos],
+        special_tokens=sorted({(text[k], ids[k]) for k in used}),
+    )
