@@ -134,7 +134,15 @@ def main() -> int:
         ours = best_ms(partial(fast.attention_dense, *dense, scale), args.repeats)
         extra = []
         for qt in args.q_tiles:
-            flags = (np.float32(scale), False, 0, qt, np.empty_like(q))  # out (T, H, Dh)
+            flags = (
+                np.float32(scale),
+                False,
+                0,
+                qt,
+                np.empty_like(q),
+                kernels.NO_REL,
+                False,
+            )  # out (T, H, Dh)
             extra.append(best_ms(partial(kernels.attention_dense, *dense, *flags), args.repeats))
         ref = best_ms(partial(numpy_path.attention_dense, *dense, scale), args.repeats)
         th = torch_ms.get(name)

@@ -2,7 +2,9 @@
 // causal, window, Dk != Dv                                     reference: tests/reference.py::attention_dense
 // bindings: q (Tq, H, Dk) rows q_stride apart, k (Tk, Hkv, Dk) rows k_stride apart, v (Tk, Hkv, Dv) rows
 // v_stride apart, starts (2, B + 1) i32: prefix sums of q_lens then of kv_lens (made on the host, so no
-// invocation walks the batch) -> out (Tq, H, Dv); params.
+// invocation walks the batch) -> out (Tq, H, Dv); params; rel (H, 2R + 1) f32: the relative position bias
+// (MPNet's) added to the score of key j for the query at pos as rel[h, clamp(j - pos, -R, R) + R] when has_rel
+// (any buffer fills the binding when not; rel_width = 2R + 1).
 // grid: (H, Y, Z), query row t = y + z * grid_y (one dimension holds at most 65535 workgroups): one workgroup
 // per (query head, query row). Keys go by in tiles of WG with an online softmax (flash-style): invocation i
 // scores key tile + i, then accumulates output features i, i + WG, ... as attention.wgsl does.
@@ -31,6 +33,9 @@ struct Params {
     window: u32,
     grid_y: u32,
     scale: f32,
+    rel_off: u32,
+    rel_width: u32,
+    has_rel: u32,
 }
 
 @group(0) @binding(0) var<storage, read> q: array<T>;
@@ -39,10 +44,12 @@ struct Params {
 @group(0) @binding(3) var<storage, read> starts: array<i32>;
 @group(0) @binding(4) var<storage, read_write> out: array<T>;
 @group(0) @binding(5) var<uniform> params: Params;
+@group(0) @binding(6) var<storage, read> rel: array<f32>;
 
 var<workgroup> query: array<f32, MAX_D>;  // (Dk,) this row's query
 var<workgroup> probs: array<f32, WG>;  // (WG,) this key tile's weights
-var<workgroup> span: vec3<u32>;  // (first key row of the sequence, first key, one past the last key)
+// (first key row of the sequence, first key, one past the last key, the query's position as i32 bits)
+var<workgroup> span: vec4<u32>;
 var<workgroup> partial: array<f32, WG>;  // (WG,) tree reduction scratch
 
 // The tile's largest score (as _reduce.wgsl's reduce_max; kept here so the op needs no library).
@@ -64,14 +71,14 @@ fn k_start(b: u32) -> u32 { return u32(starts[params.starts_off + params.batch +
 
 // The keys row t sees: its sequence by binary search over the query prefix sums (the last b with
 // q_start(b) <= t, so empty sequences, which share their start, are skipped), then causal and window.
-fn key_span(t: u32) -> vec3<u32> {
+fn key_span(t: u32) -> vec4<u32> {
     var lo = 0u;
     var hi = params.batch;
     while (lo < hi) {
         let mid = (lo + hi + 1u) / 2u;
         if (q_start(mid) <= t) { lo = mid; } else { hi = mid - 1u; }
     }
-    if (lo >= params.batch) { return vec3<u32>(0u, 0u, 0u); }  // past every sequence: a zero row
+    if (lo >= params.batch) { return vec4<u32>(0u, 0u, 0u, 0u); }  // past every sequence: a zero row
     let nq = i32(q_start(lo + 1u) - q_start(lo));
     let nk = i32(k_start(lo + 1u) - k_start(lo));
     let pos = nk - nq + i32(t - q_start(lo));  // negative for queries before every key (cross, causal)
@@ -82,7 +89,7 @@ fn key_span(t: u32) -> vec3<u32> {
         first = max(first, pos - i32(params.window) + 1);
         last = min(last, pos + i32(params.window));
     }
-    return vec3<u32>(k_start(lo), u32(first), u32(max(first, last)));
+    return vec4<u32>(k_start(lo), u32(first), u32(max(first, last)), bitcast<u32>(pos));
 }
 
 @compute @workgroup_size(WG)
@@ -107,6 +114,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             var dot = 0.0;
             for (var d = 0u; d < params.dk; d++) { dot += query[d] * f32(k[base + d]); }
             s = dot * params.scale;
+            if (params.has_rel != 0u) {
+                let reach = i32(params.rel_width / 2u);
+                let offset = clamp(i32(j) - bitcast<i32>(range.w), -reach, reach) + reach;
+                s += rel[params.rel_off + h * params.rel_width + u32(offset)];
+            }
         }
         let m_new = max(m, tile_max(s, lid));
         probs[lid] = select(0.0, exp(s - m_new), j < range.z);

@@ -95,8 +95,9 @@ def attention(
     return out
 
 
-def attention_dense(q, k, v, q_lens, kv_lens, scale, causal=False, window=0):
+def attention_dense(q, k, v, q_lens, kv_lens, scale, causal=False, window=0, rel_bias=None):
     q, k, v = _f64(q), _f64(k), _f64(v)
+    reach = None if rel_bias is None else (_f64(rel_bias).shape[1] - 1) // 2  # R
     n_heads, n_kv = q.shape[1], k.shape[1]
     out = np.zeros((q.shape[0], n_heads, v.shape[2]))
     q0 = k0 = 0
@@ -113,6 +114,9 @@ def attention_dense(q, k, v, q_lens, kv_lens, scale, causal=False, window=0):
             for h in range(n_heads):
                 kv = h // (n_heads // n_kv)
                 scores = k[k0 + np.asarray(visible), kv] @ q[q0 + i, h] * scale  # (len(visible),)
+                if reach is not None:
+                    rel = np.clip(np.asarray(visible) - pos_q, -reach, reach) + reach
+                    scores = scores + _f64(rel_bias)[h, rel]
                 out[q0 + i, h] = softmax(scores) @ v[k0 + np.asarray(visible), kv]
         q0, k0 = q0 + nq, k0 + nk
     return out

@@ -281,6 +281,27 @@ def test_attention_dense(backend, rng, case):
     check(backend, "attention_dense", *dense_inputs(rng, h, hkv, dk, dv, seqs), dk**-0.5, causal, window)
 
 
+REL_BIAS_CASES = {
+    # name: (H, Hkv, Dk, Dv, [(q_len, kv_len), ...], causal, window, R): MPNet's relative position bias
+    "encoder_batch": (4, 4, 16, 16, [(7, 7), (1, 1), (20, 20)], False, 0, 19),
+    "clamped_gqa": (6, 2, 8, 8, [(33, 33), (5, 5)], False, 0, 4),  # R below the longest: offsets clamp
+    "causal": (4, 2, 8, 8, [(7, 7), (33, 33), (4, 20)], True, 0, 32),
+    "cross": (4, 2, 16, 16, [(3, 40), (1, 7), (9, 2)], False, 0, 6),
+    "window_long": (2, 1, 16, 16, [(300, 300), (9, 9)], False, 40, 64),  # the tiled cpu kernel, key tiles
+    "short_batch_gqa": (12, 4, 32, 32, "short200", False, 0, 79),  # the cpu backend's short kernel
+    "short_causal_cross": (4, 2, 32, 32, [(3, 40), (1, 7), (9, 2), (0, 5), (33, 33)], True, 0, 10),
+}
+
+
+@pytest.mark.parametrize("case", list(REL_BIAS_CASES))
+def test_attention_dense_rel_bias(backend, rng, case):
+    h, hkv, dk, dv, seqs, causal, window, reach = REL_BIAS_CASES[case]
+    seqs = _SHORT200 if seqs == "short200" else seqs
+    inputs = dense_inputs(rng, h, hkv, dk, dv, seqs)
+    rel_bias = normal(rng, h, 2 * reach + 1, scale=2.0)  # (H, 2R + 1)
+    check(backend, "attention_dense", *inputs, dk**-0.5, causal, window, rel_bias)
+
+
 def test_attention_dense_batch_equals_each_alone(backend, rng):
     """A packed batch gives each sequence exactly what it gets alone: no row of one leaks into another."""
     seqs = [(9, 9), (1, 1), (30, 30)]

@@ -1,5 +1,5 @@
 """The non-BERT parts of tests/tiny_encoders.py: tiny configs, tensor names and tokenizers of RoBERTa,
-XLM-RoBERTa, DistilBERT and ModernBERT. Weights come from the caller's seeded `normal`, so they are as fixed
+XLM-RoBERTa, DistilBERT, ModernBERT and MPNet. Weights come from the caller's seeded `normal`, so they are as fixed
 as the BERT cases'."""
 
 from __future__ import annotations
@@ -104,6 +104,66 @@ def _write_config(root: Path, cls: str, max_length: int, add_prefix_space: bool)
         add_prefix_space=add_prefix_space,
     )
     (root / "tokenizer_config.json").write_text(json.dumps(config))
+
+
+def mpnet_vocab(bert_vocab: list[str]) -> list[str]:
+    """MPNet's WordPiece vocabulary: <s> <pad> </s> <unk> first (so <pad> is HF's fixed padding_idx 1), then
+    BERT's (its [UNK] is the unknown token), <mask> last, as in all-mpnet-base-v2's vocab.txt."""
+    return ["<s>", "<pad>", "</s>", "<unk>"] + list(bert_vocab) + ["<mask>"]
+
+
+def write_mpnet_tokenizer(root: Path, vocab: list[str], max_length: int) -> None:
+    """MPNetTokenizer's files: vocab.txt and tokenizer.json (BERT's normalizer and pre-tokenizer, WordPiece,
+    <s> A </s> and <s> A </s></s> B </s> as RobertaProcessing makes them)."""
+    from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
+    from tokenizers.models import WordPiece
+
+    (root / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    tok = Tokenizer(WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0), add_prefix_space=False)
+    tok.decoder = decoders.WordPiece()
+    tok.add_special_tokens(["<s>", "<pad>", "</s>", "<unk>", "[UNK]", "<mask>"])
+    tok.save(str(root / "tokenizer.json"))
+    config = dict(
+        tokenizer_class="MPNetTokenizer",
+        do_lower_case=True,
+        model_max_length=max_length,
+        bos_token="<s>",
+        eos_token="</s>",
+        sep_token="</s>",
+        cls_token="<s>",
+        unk_token="[UNK]",
+        pad_token="<pad>",
+        mask_token="<mask>",
+    )
+    (root / "tokenizer_config.json").write_text(json.dumps(config))
+
+
+def mpnet_weights(cfg: dict, normal: Normal) -> dict[str, np.ndarray]:
+    """HF MPNetModel tensors, with the relative position bias (buckets, H) shared by every layer."""
+    d, f, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    out = {
+        "embeddings.word_embeddings.weight": normal(v, d, scale=0.5),
+        "embeddings.position_embeddings.weight": normal(cfg["max_position_embeddings"], d, scale=0.3),
+        "embeddings.LayerNorm.weight": 1 + normal(d, scale=0.1),
+        "embeddings.LayerNorm.bias": normal(d, scale=0.1),
+        "encoder.relative_attention_bias.weight": normal(
+            cfg["relative_attention_num_buckets"], cfg["num_attention_heads"], scale=1.0
+        ),
+    }
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"encoder.layer.{i}."
+        for name in ("q", "k", "v", "o"):
+            out[f"{p}attention.attn.{name}.weight"] = normal(d, d)
+            out[f"{p}attention.attn.{name}.bias"] = normal(d, scale=0.1)
+        out[p + "intermediate.dense.weight"], out[p + "intermediate.dense.bias"] = normal(f, d), normal(f)
+        out[p + "output.dense.weight"], out[p + "output.dense.bias"] = normal(d, f), normal(d, scale=0.1)
+        for norm in ("attention.LayerNorm", "output.LayerNorm"):
+            out[f"{p}{norm}.weight"], out[f"{p}{norm}.bias"] = 1 + normal(d, scale=0.1), normal(d, scale=0.1)
+    out["pooler.dense.weight"], out["pooler.dense.bias"] = normal(d, d), normal(d, scale=0.1)
+    return out
 
 
 def roberta_head(d: int, normal: Normal) -> dict[str, np.ndarray]:

@@ -76,6 +76,21 @@ _ROBERTA = dict(
 _XLMR = dict(
     _ROBERTA, architectures=["XLMRobertaModel"], model_type="xlm-roberta", vocab_size=fam.vocab_size("xlmr")
 )
+# MPNet: RoBERTa's position offset, no token types, a relative position bias (32 buckets) in every layer
+_MPNET = dict(
+    _BERT,
+    architectures=["MPNetModel"],
+    model_type="mpnet",
+    vocab_size=len(fam.mpnet_vocab(VOCAB)),
+    max_position_embeddings=66,
+    layer_norm_eps=1e-5,
+    relative_attention_num_buckets=32,
+    pad_token_id=1,
+    bos_token_id=0,
+    eos_token_id=2,
+)
+_MPNET.pop("type_vocab_size")
+_MPNET.pop("position_embedding_type")
 _DISTILBERT = dict(
     architectures=["DistilBertModel"],
     model_type="distilbert",
@@ -119,6 +134,7 @@ FAMILY_CONFIGS = {
     "roberta": _ROBERTA,
     "xlmr": _XLMR,
     "distilbert": _DISTILBERT,
+    "mpnet": _MPNET,
     "modernbert": _MODERNBERT,
 }
 
@@ -147,6 +163,7 @@ CASES = {
     "xlmr_cls": ({}, dict(pooling=("cls",), dense=None, normalize=True)),
     "xlmr_reranker": (dict(architectures=["XLMRobertaForSequenceClassification"], num_labels=1), None),
     "distilbert_mean": ({}, dict(pooling=("mean",), dense=None, normalize=False)),
+    "mpnet_mean_normalize": ({}, dict(pooling=("mean",), dense=None, normalize=True)),  # all-mpnet-base-v2
     "distilbert_reranker": (dict(architectures=["DistilBertForSequenceClassification"], num_labels=1), None),
     "modernbert_mean_normalize": ({}, dict(pooling=("mean",), dense=None, normalize=True)),
     # biases everywhere and the mean-pooling head: the options real checkpoints leave at their defaults
@@ -208,6 +225,8 @@ def weights(case: str) -> dict[str, np.ndarray]:
         return fam.distilbert_weights(cfg, normal)
     if family(case) == "modernbert":
         return fam.modernbert_weights(cfg, normal)
+    if family(case) == "mpnet":
+        return fam.mpnet_weights(cfg, normal)
     d, f, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     is_classifier = cfg["architectures"][0].endswith("ForSequenceClassification")
     bert = family(case) == "bert"
@@ -265,6 +284,8 @@ def write_case(case: str, directory: Path) -> Path:
         fam.write_bpe_tokenizer(root, MAX_SEQ_LENGTH)
     elif family(case) == "xlmr":
         fam.write_unigram_tokenizer(root, MAX_SEQ_LENGTH)
+    elif family(case) == "mpnet":
+        fam.write_mpnet_tokenizer(root, fam.mpnet_vocab(VOCAB), MAX_SEQ_LENGTH)
     else:
         _write_tokenizer(root, case)
     _, pipeline = CASES[case]

@@ -258,9 +258,11 @@ class ArrayAPIBackend:
         scale: float,
         causal: bool = False,
         window: int = 0,
+        rel_bias: Array | None = None,
     ) -> Array:
         xp = self.xp
         out = xp.zeros((q.shape[0], q.shape[1], v.shape[2]), dtype=q.dtype)  # (Tq, H, Dv)
+        rel = None if rel_bias is None else np.asarray(self._host(rel_bias), dtype=np.float32)  # (H, 2R + 1)
         q0 = k0 = 0
         for nq, nk in zip(self._host(q_lens).tolist(), self._host(kv_lens).tolist(), strict=True):
             keys, values = k[k0 : k0 + nk], v[k0 : k0 + nk]  # (nk, Hkv, Dk), (nk, Hkv, Dv)
@@ -272,7 +274,15 @@ class ArrayAPIBackend:
                 blind = None if masked is None else masked.all(axis=1)  # (nc,) queries that see no key
                 if blind is not None:
                     masked[blind] = False  # attend anywhere, then zero those rows: no 0/0 in the softmax
-                bias = None if masked is None else xp.asarray(np.where(masked, -np.inf, 0.0).astype(np.float32))
+                bias = (
+                    None if masked is None else np.where(masked, -np.inf, 0.0).astype(np.float32)
+                )  # (nc, nk)
+                if rel is not None:  # (H, nc, nk): per head, viewed by _attend as (Hkv, G, nc, nk)
+                    reach = (rel.shape[1] - 1) // 2
+                    offsets = np.clip(np.arange(nk)[None, :] - q_pos[:, None], -reach, reach) + reach
+                    bias = rel[:, offsets] if bias is None else rel[:, offsets] + bias
+                    bias = bias.reshape(k.shape[1], q.shape[1] // k.shape[1], len(q_pos), nk)
+                bias = None if bias is None else xp.asarray(bias)
                 rows = self._attend(q[q0 + c0 : q0 + c1], keys, values, bias, float(scale), 0.0)
                 if blind is not None and blind.any():
                     rows[xp.asarray(blind)] = 0.0

@@ -157,6 +157,7 @@ class Backend(Protocol):
         scale: float,
         causal: bool = False,
         window: int = 0,
+        rel_bias: Array | None = None,
     ) -> Array:
         """Attention without a cache over B sequences packed back to back (block-diagonal, no padding):
         encoders, cross-attention, and prompts that need no KV cache.
@@ -167,7 +168,9 @@ class Backend(Protocol):
         every one, or with causal only j <= its position; window > 0 keeps only keys with
         |position - j| < window (both sides unless causal: ModernBERT's local attention of width w is
         window = w // 2 + 1). A query that sees no key gets zeros. Query head h reads KV head
-        h // (H // Hkv). Returns (Tq, H, Dv).
+        h // (H // Hkv). rel_bias (H, 2R + 1) f32 or None: a relative position bias (MPNet's), added to the
+        scaled score of query head h at position pos for key j as rel_bias[h, clamp(j - pos, -R, R) + R]
+        before the softmax. Returns (Tq, H, Dv).
         """
 
     # ---- elementwise --------------------------------------------------------------------------------

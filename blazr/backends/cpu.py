@@ -223,7 +223,7 @@ class Backend(ArrayAPIBackend):
             q, k_cache, v_cache, block_tables, ctx_lens, q_lens, block_size, scale, window, softcap, alibi
         )
 
-    def attention_dense(self, q, k, v, q_lens, kv_lens, scale, causal=False, window=0):
+    def attention_dense(self, q, k, v, q_lens, kv_lens, scale, causal=False, window=0, rel_bias=None):
         # One parallel numba call for the whole packed batch (blazr.backends.cpu_dense_attention); it declines
         # lengths that do not fit the arrays, and numpy's version then reports them.
         kernels = self._dense_attention
@@ -232,6 +232,7 @@ class Backend(ArrayAPIBackend):
             and q.dtype == k.dtype == v.dtype == np.float32
             and q.ndim == k.ndim == v.ndim == 3
             and q_lens.dtype == kv_lens.dtype == np.int32
+            and (rel_bias is None or np.ndim(rel_bias) == 2)
         ):
             # views (of fused qkv rows) are copied: the kernel then vectorises, and compiles for one layout;
             # q (Tq, H, Dk), k (Tk, Hkv, Dk), v (Tk, Hkv, Dv)
@@ -239,14 +240,16 @@ class Backend(ArrayAPIBackend):
             out = np.empty((q.shape[0], q.shape[1], v.shape[2]), dtype=np.float32)  # (Tq, H, Dv)
             lens = (np.ascontiguousarray(q_lens), np.ascontiguousarray(kv_lens))  # (B,) each
             flags = (np.float32(scale), bool(causal), int(window))
+            rel = kernels.NO_REL if rel_bias is None else np.ascontiguousarray(rel_bias, dtype=np.float32)
             # sequences of at most short.MAX_KEYS keys: one task per sequence, every head (it declines longer)
             from blazr.backends import cpu_dense_short as short
 
-            if short.attention_short(q, k, v, *lens, *flags, out):
+            has_rel = rel_bias is not None
+            if short.attention_short(q, k, v, *lens, *flags, out, rel, has_rel):
                 return out
-            if kernels.attention_dense(q, k, v, *lens, *flags, kernels.Q_TILE, out):
+            if kernels.attention_dense(q, k, v, *lens, *flags, kernels.Q_TILE, out, rel, has_rel):
                 return out
-        return super().attention_dense(q, k, v, q_lens, kv_lens, scale, causal, window)
+        return super().attention_dense(q, k, v, q_lens, kv_lens, scale, causal, window, rel_bias)
 
 
 def _int8_gemm_available() -> bool:

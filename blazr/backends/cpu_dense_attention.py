@@ -38,6 +38,7 @@ _NEG = np.float32(-3.0e38)  # "no score yet": finite, since fastmath lets LLVM a
 _LOG2E = np.float32(1.4426950408889634)
 _LN2_HI = np.float32(0.693359375)  # ln 2 split in two (Cody-Waite): k * _LN2_HI is exact for |k| < 2^9
 _LN2_LO = np.float32(-2.12194440e-4)
+NO_REL = np.zeros((1, 1), dtype=np.float32)  # the rel argument when there is no relative position bias
 
 
 @njit(inline="always")
@@ -76,11 +77,12 @@ def _key_range(pos, nk, causal, window):
 
 
 @njit(parallel=True, cache=True, fastmath=True, nogil=True)
-def attention_dense(q, k, v, q_lens, kv_lens, scale, causal, window, q_tile, out):
-    """out (Tq, H, Dv) = Backend.attention_dense(q, k, v, q_lens, kv_lens, scale, causal, window). q_tile:
-    queries per task (Q_TILE; the benchmark varies it). Returns False, computing nothing, when the lengths do
-    not fit the arrays (negative, wrong sums, H not a multiple of Hkv): the caller then takes
-    the numpy path, which reports the error, where this kernel would read and write out of bounds."""
+def attention_dense(q, k, v, q_lens, kv_lens, scale, causal, window, q_tile, out, rel, has_rel):
+    """out (Tq, H, Dv) = Backend.attention_dense(q, k, v, q_lens, kv_lens, scale, causal, window, rel_bias).
+    q_tile: queries per task (Q_TILE; the benchmark varies it). rel (H, 2R + 1) f32: the relative position
+    bias when has_rel, else ignored (NO_REL). Returns False, computing nothing, when the lengths do not fit
+    the arrays (negative, wrong sums, H not a multiple of Hkv, rel not (H, odd)): the caller then takes the
+    numpy path, which reports the error, where this kernel would read and write out of bounds."""
     batch = q_lens.shape[0]
     tq, heads, dk = q.shape
     tk, hkv, dv = v.shape
@@ -97,6 +99,8 @@ def attention_dense(q, k, v, q_lens, kv_lens, scale, causal, window, q_tile, out
         n_tiles += (q_lens[b] + q_tile - 1) // q_tile
     if sum_q != tq or sum_k > tk:
         return False
+    if has_rel and (rel.shape[0] != heads or rel.shape[1] % 2 == 0):
+        return False
     g_len = heads // hkv
     # per query tile: its first query's position, first query row, query count, first key row, key count
     tiles = np.empty((n_tiles, 5), dtype=np.int64)  # (n_tiles, 5)
@@ -111,15 +115,18 @@ def attention_dense(q, k, v, q_lens, kv_lens, scale, causal, window, q_tile, out
         k0 += nk
     for task in prange(n_tiles * heads):
         tile, h = task // heads, task % heads
-        _tile(q, k, v, tiles[tile], h, h // g_len, scale, causal, window, out)
+        _tile(
+            q, k, v, tiles[tile], h, h // g_len, scale, causal, window, rel[h if has_rel else 0], has_rel, out
+        )
     return True
 
 
 @njit(inline="always")
-def _tile(q, k, v, tile, h, kh, scale, causal, window, out):
+def _tile(q, k, v, tile, h, kh, scale, causal, window, rel, has_rel, out):
     """Query head h (KV head kh) of the query rows tile[1] .. tile[1] + tile[2] - 1 (positions tile[0] ..),
     against the tile[4] keys from row tile[3]. Key tiles go in the outer loop and blocks of _SUB queries in
-    the inner one, so each key and value is read from memory and transposed once per task, not per block."""
+    the inner one, so each key and value is read from memory and transposed once per task, not per block.
+    rel (2R + 1,): head h's relative position bias when has_rel."""
     first_pos, row0, n_rows, key0, nk = tile[0], tile[1], tile[2], tile[3], tile[4]
     dk, dv = q.shape[2], v.shape[2]
     # each query's keys, worked out once: the loops below then take no mask flags
@@ -166,7 +173,9 @@ def _tile(q, k, v, tile, h, kh, scale, causal, window, out):
             for i in range(r0, r1):
                 a = max(ranges[i, 0] - c0, ba)  # this row's keys within the block's: a..e-1
                 e = max(ba, min(ranges[i, 1] - c0, be))
-                _softmax_step(qs[i], kt, a, e, pa, pe, p[i - r0], bits[i - r0], k2, m, lsum, acc, i)
+                if has_rel:  # the bias of key c0 + pa + j for the query at first_pos + i, in s[pa + j]
+                    _rel_scores(pa, pe, p[i - r0], rel, c0 + pa - first_pos - i)
+                _softmax_step(qs[i], kt, a, e, pa, pe, p[i - r0], bits[i - r0], k2, m, lsum, acc, i, has_rel)
             _weights_times_values(p, vt, pa, pe, acc[r0:r1])
     for i in range(n_rows):
         o = out[row0 + i, h]  # (Dv,)
@@ -182,11 +191,12 @@ def _padded(n):
 
 
 @njit(inline="always")
-def _softmax_step(qrow, kt, a, e, pa, pe, s_row, bits_row, k2, m, lsum, acc, i):
+def _softmax_step(qrow, kt, a, e, pa, pe, s_row, bits_row, k2, m, lsum, acc, i, biased):
     """The online-softmax step of query i over keys a..e-1 of the tile kt (Dk, KT): s_row[pa:pe] = exp(score
     - new max) on a..e-1 and 0 elsewhere (pa <= a, e <= pe: the block's range, over which P @ V then runs),
     with m[i], lsum[i] and acc[i] (Dv,) updated. qrow (Dk,) is the scaled query; bits_row is s_row as int32.
-    Every loop indexes a view from 0 (see the module docstring)."""
+    Every loop indexes a view from 0 (see the module docstring). biased: s_row[pa:pe] already holds a bias
+    the scores are added to (else it is zeroed first)."""
     s = s_row[pa:pe]  # (n,) this block's columns
     n = pe - pa
     a, e = a - pa, e - pa  # from here on relative to pa
@@ -195,8 +205,9 @@ def _softmax_step(qrow, kt, a, e, pa, pe, s_row, bits_row, k2, m, lsum, acc, i):
             s[j] = np.float32(0.0)
         return
     dk = qrow.shape[0]
-    for j in range(n):
-        s[j] = np.float32(0.0)
+    if not biased:
+        for j in range(n):
+            s[j] = np.float32(0.0)
     d4 = dk // 4 * 4
     for d in range(0, d4, 4):  # four features per pass over the score row: a quarter of its loads and stores
         q0, q1, q2, q3 = qrow[d], qrow[d + 1], qrow[d + 2], qrow[d + 3]
@@ -227,6 +238,16 @@ def _softmax_step(qrow, kt, a, e, pa, pe, s_row, bits_row, k2, m, lsum, acc, i):
     if correction != 1.0:
         for d in range(acc.shape[1]):
             acc[i, d] *= correction
+
+
+@njit(inline="always")
+def _rel_scores(pa, pe, s_row, rel, offset):
+    """s_row[pa + j] = rel[clamp(offset + j, -R, R) + R] for j < pe - pa: the relative position bias of
+    each key (offset: the first key's position minus the query's), which _softmax_step adds the scores to."""
+    s = s_row[pa:pe]
+    reach = (rel.shape[0] - 1) // 2
+    for j in range(pe - pa):
+        s[j] = rel[min(max(offset + j, -reach), reach) + reach]
 
 
 @njit(inline="always")

@@ -27,8 +27,9 @@ MAX_KEYS = 128  # the longest key count this path takes; the tiled kernel takes 
 
 
 @njit(parallel=True, cache=True, fastmath=True, nogil=True, error_model="numpy")
-def attention_short(q, k, v, q_lens, kv_lens, scale, causal, window, out):
-    """out (Tq, H, Dv) = Backend.attention_dense(...) when every kv_lens[b] <= MAX_KEYS. Returns False,
+def attention_short(q, k, v, q_lens, kv_lens, scale, causal, window, out, rel, has_rel):
+    """out (Tq, H, Dv) = Backend.attention_dense(...) when every kv_lens[b] <= MAX_KEYS. rel (H, 2R + 1):
+    the relative position bias when has_rel (else ignored: cpu_dense_attention.NO_REL). Returns False,
     computing nothing, when the lengths do not fit the arrays or a sequence is too long (the caller then takes
     another path)."""
     batch = q_lens.shape[0]
@@ -48,13 +49,29 @@ def attention_short(q, k, v, q_lens, kv_lens, scale, causal, window, out):
         sum_k += kv_lens[b]
     if sum_q != tq or sum_k > tk or dv % LANES:
         return False
+    if has_rel and (rel.shape[0] != heads or rel.shape[1] % 2 == 0):
+        return False
     for b in prange(batch):
-        _sequence(q, k, v, starts[b, 0], q_lens[b], starts[b, 1], kv_lens[b], scale, causal, window, out)
+        _sequence(
+            q,
+            k,
+            v,
+            starts[b, 0],
+            q_lens[b],
+            starts[b, 1],
+            kv_lens[b],
+            scale,
+            causal,
+            window,
+            rel,
+            has_rel,
+            out,
+        )
     return True
 
 
 @njit(inline="always")
-def _sequence(q, k, v, row0, nq, key0, nk, scale, causal, window, out):
+def _sequence(q, k, v, row0, nq, key0, nk, scale, causal, window, rel, has_rel, out):
     """Every head of one sequence: queries row0 .. row0 + nq - 1, keys key0 .. key0 + nk - 1. Scores are
     kept keys-major, st (nk8, nq16): the softmax's max and sum (over the keys) are then elementwise across
     key rows, contiguous over the queries, with no horizontal reductions."""
@@ -92,6 +109,13 @@ def _sequence(q, k, v, row0, nq, key0, nk, scale, causal, window, out):
         for j0 in range(0, nk8, TILE_ROWS):
             for c0 in range(0, n16, LANES):
                 tile_ab(kb, qt, st, ones, j0, c0, dk, TILE_ROWS)
+        if has_rel:  # key j for query i (at position nk - nq + i): rel[h, clamp(j - position, -R, R) + R]
+            reach = (rel.shape[1] - 1) // 2
+            bias = rel[h]  # (2R + 1,)
+            for j in range(nk):
+                r = st[j]
+                for i in range(nq):
+                    r[i] += bias[min(max(j - (nk - nq + i), -reach), reach) + reach]
         if masked:
             for j in range(nk):
                 r = st[j]

@@ -334,7 +334,9 @@ class Backend(SelectionSequenceOps, PackedOps, FusionOps):
             self._run("attention", arrays, params | {"scale": scale, "softcap": softcap}, (h, t, 1))
         return out
 
-    def attention_dense(self, q, k, v, q_lens, kv_lens, scale, causal=False, window=0) -> Array:
+    def attention_dense(
+        self, q, k, v, q_lens, kv_lens, scale, causal=False, window=0, rel_bias=None
+    ) -> Array:
         t, h, dk = q.shape
         dv = v.shape[2]
         if max(dk, dv) > MAX_HEAD_DIM:
@@ -353,6 +355,10 @@ class Backend(SelectionSequenceOps, PackedOps, FusionOps):
             params |= {"rows": t, "batch": len(lens[0]), "heads": h, "kv_heads": k.shape[1]}
             params |= {"dk": dk, "dv": dv}
             params |= {"causal": int(bool(causal)), "window": max(0, int(window)), "grid_y": grid_y}
+            # the bias is read as f32 whatever q's dtype; any buffer fills the binding without it
+            arrays["rel"] = k if rel_bias is None else self.contiguous(rel_bias, "f32")  # (H, 2R + 1)
+            params |= {"has_rel": int(rel_bias is not None)}
+            params |= {"rel_width": 1 if rel_bias is None else rel_bias.shape[1]}
             self._run("attention_dense", arrays, params | {"scale": scale}, (h, grid_y, -(-t // grid_y)))
         return out
 

@@ -78,6 +78,12 @@ FAMILIES: tuple[Family, ...] = (
         (),
     ),
     Family(
+        "mpnet",
+        ("MPNetModel", "MPNetForMaskedLM", "MPNetForSequenceClassification"),
+        ("mpnet",),
+        (),
+    ),
+    Family(
         "distilbert",
         ("DistilBertModel", "DistilBertForMaskedLM", "DistilBertForSequenceClassification"),
         ("distilbert",),

@@ -66,9 +66,10 @@ class PostNormEncoderBlock(Module):
     def children(self) -> dict[str, Module]:
         return dict(zip(self.names, (self.attn, self.attn_norm, self.mlp, self.mlp_norm), strict=True))
 
-    def __call__(self, x: Array, seq_lens: Array) -> Array:
+    def __call__(self, x: Array, seq_lens: Array, **attn_args) -> Array:
+        """attn_args go to the attention (MPNet's rel_bias)."""
         be = self.attn.be
-        x = self.attn_norm(be.binary("add", x, self.attn(x, seq_lens)))  # (T, D)
+        x = self.attn_norm(be.binary("add", x, self.attn(x, seq_lens, **attn_args)))  # (T, D)
         trace("attn_out", self.layer, x)
         x = self.mlp_norm(be.binary("add", x, self.mlp(x)))  # (T, D)
         trace("l_out", self.layer, x)
@@ -130,9 +131,14 @@ class EncoderModel(Module):
         )  # (T, D)
         trace("embed", -1, x)
         lens = be.upload(np.asarray(seq_lens, dtype=np.int32))  # (B,)
+        attn_args = self.attention_args(seq_lens)
         for layer in self.layers:
-            x = layer(x, lens)
+            x = layer(x, lens, **attn_args)
         return x
+
+    def attention_args(self, seq_lens: np.ndarray) -> dict[str, Any]:
+        """Extra arguments every block's attention takes for this batch (MPNet's relative position bias)."""
+        return {}
 
     def classify(self, hidden: Array, seq_lens: np.ndarray) -> np.ndarray:
         """(B, num_labels) scores of the classification head over each sequence's hidden states."""

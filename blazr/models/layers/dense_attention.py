@@ -39,15 +39,16 @@ class DenseSelfAttention(Module):
         yield weight("out", f"{o}.weight", (d, d))  # (D, D)
         yield weight("out_bias", f"{o}.bias", (d,))  # (D,)
 
-    def __call__(self, x: Array, seq_lens: Array) -> Array:
-        """x (T, D) holding sequences of seq_lens (B,) tokens back to back -> (T, D)."""
+    def __call__(self, x: Array, seq_lens: Array, rel_bias: Array | None = None) -> Array:
+        """x (T, D) holding sequences of seq_lens (B,) tokens back to back -> (T, D). rel_bias (H, 2R + 1)
+        or None: attention_dense's relative position bias (MPNet's)."""
         be, d, h, dh = self.be, self.hidden, self.heads, self.head_dim
         qkv = be.binary("add", be.matmul(x, self.qkv), self.qkv_bias)  # (T, 3D)
         t = qkv.shape[0]
         qkv = qkv.reshape(t, 3 * h, dh)  # (T, 3H, Dh)
         q, k, v = qkv[:, :h], qkv[:, h : 2 * h], qkv[:, 2 * h :]  # (T, H, Dh) each
         att = be.attention_dense(
-            q, k, v, seq_lens, seq_lens, dh**-0.5, self.causal, self.window
+            q, k, v, seq_lens, seq_lens, dh**-0.5, self.causal, self.window, rel_bias
         )  # (T, H, Dh)
         trace("kqv_out", self.layer, att)
         return be.binary("add", be.matmul(att.reshape(t, d), self.out), self.out_bias)  # (T, D)
