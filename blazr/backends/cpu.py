@@ -50,7 +50,7 @@ class Backend(ArrayAPIBackend):
         # set once a packed matmul has run numba's thread pool: then small dense matmuls use it too
         self._numba_pool = False
         # set once a packed matmul rounds x to int8 where the int8 GEMM runs: prompts then run all their packed
-        # matmuls (Q8_0 too, cpu_f32_gemm), attention and SiLU products on numba's pool instead of waking
+        # matmuls (IQ formats too, cpu_f32_gemm), attention and SiLU products on numba's pool instead of waking
         # OpenBLAS's (blazr.backends.cpu_attention, cpu_kernels.path). It depends on the model and the dtype
         # only, never on the batch, so a token takes the same kernels alone and in any batch.
         self._numba_prefill = False

@@ -10,6 +10,14 @@ directly, the best the CPU numba compiles for has (`LANE_DOT`):
                16-bit pair sums cannot saturate since every unpacked weight is at most 63 (|2 * 63 * 127|)
 and none elsewhere (`LANE_BYTES` is None: the CPU backend then keeps float32 activations for every matmul).
 
+Signed weights (Q8_0: -128..127, so neither the u8 operand nor the 63 bound above holds) take a variant of
+each tile (SIGNED_TILE_KERNELS), exact in int32 like the unsigned one and like the decode row dot:
+    "vnni"     vpdpbusd(w + 128, x) started from -128 * (x's 4-value sums), llama.cpp's way and the row dot's
+               (cpu_simd.dot_i8_biased): the unsigned operand is w with its sign bit flipped, and its bias
+               is taken off in the instruction's own accumulator input, a vpdpbusd per token a step
+    "maddubs"  vpmaddubsw(|w|, x with w's sign), llama.cpp's AVX2 sign trick: |w| <= 128 and |x| <= 127
+               (quantize_rows never gives -128), so a 16-bit pair is at most 2 * 128 * 127 = 32512
+
 Per step and per (row r, token t), with w the unpacked weight bytes (blazr.quant.cpu_unpack) and x the
 int8 activations:
     dot   = lane_dot(w[r], x[t])               int32 lanes, lane l = sum of 4 products (values 4l..4l+3)
@@ -78,14 +86,16 @@ def _load(builder, ptr, ty: ir.Type):
     return builder.load(builder.bitcast(ptr, ty.as_pointer()), align=1)
 
 
-def _lane_dot(builder, w, x, lanes: int, kind: str):
-    """<4 lanes x i8> unsigned w, signed x -> <lanes x i32>, lane l = sum_{j<4} w[4l + j] * x[4l + j]."""
+def _lane_dot(builder, w, x, lanes: int, kind: str, start=None):
+    """<4 lanes x i8> unsigned w, signed x -> <lanes x i32>, lane l = sum_{j<4} w[4l + j] * x[4l + j]
+    (plus lane l of the <lanes x i32> `start`, "vnni" only: the instruction's accumulator input)."""
     i32s, bits = _vec(_I32, lanes), 32 * lanes
     if kind == "vnni":
         fn = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(i32s, [i32s] * 3), f"llvm.x86.avx512.vpdpbusd.{bits}"
         )
-        return builder.call(fn, [ir.Constant(i32s, None), builder.bitcast(w, i32s), builder.bitcast(x, i32s)])
+        start = ir.Constant(i32s, None) if start is None else start
+        return builder.call(fn, [start, builder.bitcast(w, i32s), builder.bitcast(x, i32s)])
     i8s, i16s = _vec(_I8, 4 * lanes), _vec(ir.IntType(16), 2 * lanes)
     pairs_name = "llvm.x86.avx512.pmaddubs.w.512" if bits == 512 else "llvm.x86.avx2.pmadd.ub.sw"
     quads_name = "llvm.x86.avx512.pmaddw.d.512" if bits == 512 else "llvm.x86.avx2.pmadd.wd"
@@ -121,8 +131,45 @@ def _store_sums(context, builder, accs, aryty, ary, rows, tokens):
             builder.store(total, builder.bitcast(ptr, _F32.as_pointer()))
 
 
-def _make_tile_kernel(step: int, kind: str):
-    """The micro-kernel with `step` bytes per lane dot (64 or 32) of `kind`; see gemm_tile."""
+def _splat8(builder, value: int, n: int):
+    return ir.Constant(_vec(_I8, n), [ir.Constant(_I8, value)] * n)
+
+
+def _signed_operands(builder, step: int, lanes: int, kind: str):
+    """(per_token, per_row, pair) for signed weight bytes (see the module docstring), each hoisted as far
+    out of the (row, token) pairs as it goes: per_token(x) and per_row(w) run once a step, pair(row, token)
+    gives the lane dot of one pair, exact int32."""
+    zero8, i32s = _splat8(builder, 0, step), _vec(_I32, lanes)
+    if kind == "vnni":
+
+        def per_token(x):  # (x, -128 * its 4-value sums): the bias of the flipped w, taken off in vpdpbusd
+            bias = _lane_dot(builder, _splat8(builder, 128, step), x, lanes, kind)
+            return x, builder.sub(ir.Constant(i32s, None), bias)
+
+        def per_row(w):  # w + 128 as an unsigned byte
+            return builder.xor(w, _splat8(builder, 128, step))
+
+        def pair(row, token):
+            return _lane_dot(builder, row, token[0], lanes, kind, start=token[1])
+
+    else:
+
+        def per_token(x):
+            return x, builder.sub(zero8, x)  # -x has no overflow: x >= -127
+
+        def per_row(w):  # (|w| as an unsigned byte, 128 for -128; w < 0)
+            negative = builder.icmp_signed("<", w, zero8)
+            return builder.select(negative, builder.sub(zero8, w), w), negative
+
+        def pair(row, token):  # |w| * (x with w's sign) = w * x, byte by byte
+            return _lane_dot(builder, row[0], builder.select(row[1], token[1], token[0]), lanes, kind)
+
+    return per_token, per_row, pair
+
+
+def _make_tile_kernel(step: int, kind: str, signed: bool = False):
+    """The micro-kernel with `step` bytes per lane dot (64 or 32) of `kind`; see gemm_tile (and
+    gemm_tile_signed with `signed`: int8 weight bytes, no offsets)."""
     lanes = step // 4
     blocks = step // 32  # 32-value scales of x per step
 
@@ -148,6 +195,14 @@ def _make_tile_kernel(step: int, kind: str):
             tokens = [builder.add(t0v, const(c)) for c in range(TOKENS)]
             accs = _accumulators(builder, fvec)
             spread = ir.Constant(_vec(_I32, lanes), [lane // 8 for lane in range(lanes)])
+            if signed:
+                per_token, per_row, pair = _signed_operands(builder, step, lanes, kind)
+            else:
+                per_token = per_row = lambda v: v  # noqa: E731
+
+                def pair(w, x):
+                    return _lane_dot(builder, w, x, lanes, kind)
+
             with cgutils.for_range(builder, nsteps) as loop:
                 xbyte = builder.mul(
                     loop.index, const(step)
@@ -155,19 +210,20 @@ def _make_tile_kernel(step: int, kind: str):
                 dbyte = builder.mul(loop.index, const(4 * blocks))  # offset into rows of dx
                 xs, dxs = [], []
                 for t in tokens:
-                    xs.append(row_vec(3, xq_, t, xbyte, _vec(_I8, step)))
+                    xs.append(per_token(row_vec(3, xq_, t, xbyte, _vec(_I8, step))))
                     d = row_vec(4, dx_, t, dbyte, _vec(_F32, blocks))
                     dxs.append(builder.shuffle_vector(d, d, spread))  # each 32-value scale over its 8 lanes
                 for r, row in enumerate(rows):
-                    w = row_vec(0, q_, row, xbyte, _vec(_I8, step))
+                    w = per_row(row_vec(0, q_, row, xbyte, _vec(_I8, step)))
                     s = row_vec(1, ws_, row, xbyte, fvec)
                     for c in range(TOKENS):
-                        dot = builder.sitofp(_lane_dot(builder, w, xs[c], lanes, kind), fvec)
+                        dot = builder.sitofp(pair(w, xs[c]), fvec)
                         scaled = builder.fmul(dot, builder.fmul(s, dxs[c]), flags=["contract"])
                         cell = accs[r][c]
                         builder.store(builder.fadd(builder.load(cell), scaled, flags=["contract"]), cell)
-            # offsets: acc -= mins[r, g] * xsum[t, g] over 16-value groups g, `lanes` groups a step
-            with cgutils.for_range(builder, ngroups) as loop:
+            # offsets: acc -= mins[r, g] * xsum[t, g] over 16-value groups g, `lanes` groups a step (signed
+            # weights have none: Q8_0 is d * q)
+            with cgutils.for_range(builder, ir.Constant(_I64, 0) if signed else ngroups) as loop:
                 gbyte = builder.mul(loop.index, const(4 * lanes))
                 sums = [row_vec(5, xsum_, t, gbyte, fvec) for t in tokens]
                 for r, row in enumerate(rows):
@@ -189,9 +245,13 @@ def _make_tile_kernel(step: int, kind: str):
 #   acc[t0 + c, r0 + r] = sum_j ws[r', j / 4] * dx[t', j / 32] * q[r', j] * xq[t', j]  - sum_g mins[r', g] xsum[t', g]
 #   (r' = r0 + r, t' = t0 + c) over the first steps * step values j and the first group_steps * step / 4
 #   groups g. Every row and token it reads must exist: callers pad to ROWS, TOKENS and whole steps with zeros.
-# Every variant this CPU runs (the tests compare them); gemm_tile is the first, None without any.
+# gemm_tile_signed: the same arguments and sum, with q int8 weight bytes (viewed as uint8; -128..127) and
+#   xq in -127..127; mins and xsum are not read (no offsets).
+# Every variant this CPU runs (the tests compare them); gemm_tile(_signed) is the first, None without any.
 TILE_KERNELS = {(step, kind): _make_tile_kernel(step, kind) for step, kind in LANE_DOTS}
+SIGNED_TILE_KERNELS = {(step, kind): _make_tile_kernel(step, kind, True) for step, kind in LANE_DOTS}
 gemm_tile = TILE_KERNELS[LANE_DOTS[0]] if LANE_DOTS else None
+gemm_tile_signed = SIGNED_TILE_KERNELS[LANE_DOTS[0]] if LANE_DOTS else None
 
 
 def _make_f32_tile_kernel():

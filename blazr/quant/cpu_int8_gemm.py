@@ -8,7 +8,8 @@ How, per call:
 1. x (T, K) is rounded to int8 per 32 values (cpu_int8_dots.quantize_rows, as the decode kernels do), once.
 2. Each parallel task unpacks its weight rows (cpu_unpack: one byte per weight, a float scale per 4 values,
    an offset per 16) into scratch that stays in L2, then runs gemm_tile over every (4 rows, 3 tokens) tile,
-   token chunk by token chunk so the int8 activations it rereads stay in L2 as well.
+   token chunk by token chunk so the int8 activations it rereads stay in L2 as well. Q8_0's bytes are signed
+   (-128..127): its rows take gemm_tile_signed (format_tile picks it), exact in int32 as the row dots are.
 3. The offsets, in the same tile: out[t, r] -= sum_g mins[r, g] * dx[t, g / 2] * xs[t, g] over 16-value
    groups g, with xs the integer sums of the *quantized* x, so the offset and the scaled part see the same
    rounded x (exactly the dequantized weights times the dequantized activations, up to float32 rounding).
@@ -19,12 +20,27 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from blazr.quant.cpu_gemm_simd import LANE_BYTES, ROWS, TOKENS, X_CHUNK_BYTES, gemm_tile, rows_per_task
+from blazr.quant.cpu_blocks import dispatch_by_format
+from blazr.quant.cpu_gemm_simd import (
+    LANE_BYTES,
+    ROWS,
+    TOKENS,
+    X_CHUNK_BYTES,
+    gemm_tile,
+    gemm_tile_signed,
+    rows_per_task,
+)
 from blazr.quant.cpu_int8_dots import quantize_rows
-from blazr.quant.cpu_unpack import UNPACKERS, unpack_row
+from blazr.quant.cpu_unpack import SIGNED, UNPACKERS, unpack_row
 
 AVAILABLE = gemm_tile is not None
 FORMATS: frozenset[str] = frozenset(UNPACKERS) if AVAILABLE else frozenset()
+# format_tile(tag, *gemm_tile's arguments): the tile for the format's unpacked bytes, chosen at compile time
+format_tile = (
+    dispatch_by_format({f: gemm_tile_signed if f in SIGNED else gemm_tile for f in UNPACKERS}, "format_tile")
+    if AVAILABLE
+    else None
+)
 _STEP = 64  # K is padded to a multiple of this (LANE_BYTES divides it)
 _GROUP_STEP = 16  # and its 16-value groups to a multiple of this (LANE_BYTES / 4 divides it)
 
@@ -46,7 +62,9 @@ def _task(tag, blocks, xq, dx, xsum, out, start, stop, k):
     for t_start in range(0, tp, chunk):
         for r0 in range(0, rp, ROWS):
             for t0 in range(t_start, min(tp, t_start + chunk), TOKENS):
-                gemm_tile(q, ws, mins, xq, dx, xsum, acc, r0, t0, kp // LANE_BYTES, groups * 4 // LANE_BYTES)
+                format_tile(
+                    tag, q, ws, mins, xq, dx, xsum, acc, r0, t0, kp // LANE_BYTES, groups * 4 // LANE_BYTES
+                )
     for t in range(out.shape[0]):
         out[t, start:stop] = acc[t, :nrows]
 

@@ -42,7 +42,9 @@ FUSED_MAX_TOKENS = 1
 # docs/architecture.md on why a batch's kernels can still part from a lone request's at near-ties).
 INT8_GEMM_MIN_TOKENS = 8
 INT8_MAX_TOKENS = INT8_GEMM_MIN_TOKENS - 1
-INT8_FORMATS: frozenset[str] = frozenset(INT8_DOTS) - {"Q8_0"}
+# Q8_0 among them, as llama.cpp does: its GEMM tile takes the signed weight bytes exactly (cpu_gemm_simd), so a
+# Q8_0 tensor (the tied embedding / LM head of many Q4_K_M files) no longer runs float32 x at a third the speed.
+INT8_FORMATS: frozenset[str] = frozenset(INT8_DOTS)
 # The row kernels ask for the row this far ahead while they work: the hardware prefetcher stops at each 4 KB
 # page, and streaming Q8_0 weights ran at 6 G weights/s without it against 10-11 with it (2 threads).
 PREFETCH_ROWS = 4
@@ -156,8 +158,9 @@ def path(tokens: int, fmt: str, int8: bool, blas: bool = True) -> str:
     x), "int8-gemm" (cpu_int8_gemm), "fused" (direct float dots), "rows" (decoded row dots), all on numba's
     thread pool, or "sgemm" (decoded tiles times BLAS sgemm, on BLAS's pool) unless blas=False, which takes
     "f32-gemm" (cpu_f32_gemm, float32 tiles on numba's pool) instead: in a model whose prompts otherwise run
-    the int8 GEMM (a Q8_0 tensor among Q5_0 ones), one sgemm woke OpenBLAS's spinning threads against
-    numba's (0.5B Q4_K_M shape: prefill 1.17 s, 0.62 s with OpenBLAS at one thread)."""
+    the int8 GEMM (a float-only tensor, IQ4_NL say, among Q5_0 ones; Q8_0 was one until it took int8 x), one
+    sgemm woke OpenBLAS's spinning threads against numba's (0.5B Q4_K_M shape: prefill 1.17 s, 0.62 s with
+    OpenBLAS at one thread)."""
     if int8 and fmt in INT8_FORMATS:
         # int8 x for every token count, so that a token rounds the same alone and in any batch: without an
         # int8 GEMM (no VNNI or AVX2) prompts take the row dots, slower than sgemm, which is why the

@@ -1,12 +1,15 @@
 """Packed GGML rows unpacked for the int8 GEMM (blazr.quant.cpu_int8_gemm): one byte per weight and float scales.
 
 `unpack_row(tag, row, q, ws, mins)` writes, for the K values of one packed row,
-    q    (K,)    uint8    the format's unsigned integer of each value (at most 63: see cpu_gemm_simd)
+    q    (K,)    uint8    each value's unsigned integer (at most 63: cpu_gemm_simd), SIGNED formats' int8
     ws   (K/4,)  float32  the scale of each run of 4 values (the lane width of vpdpbusd)
     mins (K/16,) float32  the offset of each 16-value group
 so that value j = ws[j // 4] * q[j] - mins[j // 16], the format's dequantization with its offset
 (q - 8, q - 32, ...) or minimum moved into `mins`. Every format here has groups of 16 or 32 values, so a scale
 is constant over 4 values and an offset over 16.
+
+Q8_0 (SIGNED) keeps its int8 weights as they are, two's complement bytes in q: q holds -128..127 there,
+value j = ws[j // 4] * int8(q[j]) and mins = 0; the GEMM runs its signed tile on them (cpu_gemm_simd).
 
 Why unpack at all: a prefill matmul multiplies each weight by every prompt token, so a row is unpacked once
 and then read 100+ times by the GEMM, which then needs no format-specific code: one kernel for every format.
@@ -179,12 +182,25 @@ def _i4z(row, q, ws, mins):
         _fill(mins, 2 * b, 2, z * d)
 
 
+@njit(fastmath=True, nogil=True)
+def _q8_0(row, q, ws, mins):
+    """Q8_0 (d, qs[32] int8; v = d q): the bytes copied as they are (signed, see the module docstring)."""
+    for b in range(q.size // 32):
+        o, v = 34 * b, 32 * b
+        q[v : v + 32] = row[o + 2 : o + 34]
+        _fill(ws, 8 * b, 8, f16_at(row, o))
+        _fill(mins, 2 * b, 2, np.float32(0.0))
+
+
 # type name -> fn(row (row_bytes,) uint8, q (K,) uint8, ws (K/4,) float32, mins (K/16,) float32)
 UNPACKERS: dict = {
-    "Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1,
+    "Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1, "Q8_0": _q8_0,
     "Q2_K": _q2_k, "Q3_K": _q3_k, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k,
     "I4Z": _i4z,
 }  # fmt: skip
+
+# formats whose q bytes are int8 (-128..127), for cpu_gemm_simd's signed tile; the others' are 0..63
+SIGNED: frozenset[str] = frozenset({"Q8_0"})
 
 # unpack_row(tag, row, q, ws, mins): the row in the GEMM's layout (see the module docstring)
 unpack_row = dispatch_by_format(UNPACKERS, "unpack_row")
