@@ -147,13 +147,14 @@ def worker_serve(args, texts: list[str]) -> dict:
                 async def one_client() -> None:
                     while queue:
                         chunk = queue.pop()
-                        reply = await client.post("/v1/embeddings", json={"input": chunk})
+                        body = {"input": chunk, "encoding_format": "base64"}  # the openai SDK's default
+                        reply = await client.post("/v1/embeddings", json=body)
                         reply.raise_for_status()
 
                 await asyncio.gather(*(one_client() for _ in range(args.clients)))
 
         seconds = best_time(lambda: asyncio.run(run_all()), args.repeats)
-        return {"seconds": seconds, "detail": f"{args.clients} clients, 8 sentences per request"}
+        return {"seconds": seconds, "detail": f"{args.clients} clients, 8 sentences per request, base64"}
     finally:
         server.terminate()
         server.wait(30)
@@ -184,8 +185,10 @@ def run_worker(python: str, runtime: str, args) -> dict:
     ]
     if args.gguf:
         cmd += ["--gguf", args.gguf]
-    env = {"OMP_NUM_THREADS": str(args.threads), "NUMBA_NUM_THREADS": str(args.threads)}
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env={**_environ(), **env})
+    env = {**_environ(), "OMP_NUM_THREADS": str(args.threads), "NUMBA_NUM_THREADS": str(args.threads)}
+    if args.openblas_own_choice:  # numpy's OpenBLAS picks its kernels for this CPU (blazr's float32 matmuls)
+        env.pop("OPENBLAS_CORETYPE", None)
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env)
     if run.returncode:
         tail = run.stderr.strip().splitlines()[-1:] or ["failed"]
         return {"error": tail[0]}
@@ -208,6 +211,12 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--st-python", default=str(REPO / ".venv-parity" / "bin" / "python"))
     ap.add_argument("--llama-python", default=str(REPO / ".venv-bench" / "bin" / "python"))
+    ap.add_argument(
+        "--openblas-own-choice",
+        action="store_true",
+        help="unset OPENBLAS_CORETYPE for the runtimes' processes (a machine that pins it to an older CPU "
+        "holds numpy's sgemm, and so blazr's float32 matmuls, to that CPU's kernels)",
+    )
     ap.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     args = ap.parse_args()
     texts = sentences(args.sentences)
@@ -224,7 +233,13 @@ def main() -> None:
         runs["llama"] = args.llama_python
     results = {name: run_worker(python, name, args) for name, python in runs.items()}
     rate = {n: args.sentences / r["seconds"] for n, r in results.items() if "seconds" in r}
-    print(f"{args.sentences} sentences (5-60 words), {args.threads} threads, model {args.model}")
+    import os
+
+    coretype = "unset" if args.openblas_own_choice else os.environ.get("OPENBLAS_CORETYPE", "unset")
+    print(
+        f"{args.sentences} sentences (5-60 words), {args.threads} threads, model {args.model}, "
+        f"OPENBLAS_CORETYPE {coretype}"
+    )
     print("| runtime | sentences/s | how |\n|---|---|---|")
     for name, r in results.items():
         print(
