@@ -45,3 +45,19 @@ def test_minilm_through_blazr_load(minilm_dir):
     )
     assert a @ b == pytest.approx(0.7553, abs=1e-3)  # sentence-transformers' value for this pair
     assert a @ c < 0.0
+
+
+def test_minilm_through_the_openai_sdk(minilm_dir):
+    """The 50 sentences through `blazr serve`'s /v1/embeddings with the openai SDK (which asks for base64)."""
+    openai = pytest.importorskip("openai")
+    from blazr.server.app import create_app
+    from tests.server.conftest import run_live_server, server_settings
+
+    app = create_app(server_settings(), model=str(minilm_dir), model_dir=minilm_dir.parent)
+    with run_live_server(app) as server:
+        sdk = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        result = sdk.embeddings.create(model=minilm_dir.name, input=list(SENTENCES))
+    got = np.array([item.embedding for item in result.data], dtype=np.float32)  # (50, 384)
+    cosine = (got * np.load(GOLDEN)["vectors"]).sum(axis=1)
+    assert cosine.min() >= 0.99999, (cosine.argmin(), cosine.min())
+    assert result.usage.prompt_tokens > len(SENTENCES)

@@ -43,7 +43,9 @@ F32_TIE = (
     2 * F32_LOGIT_ERROR
 )  # margins below this may flip under float32 rounding alone (smallest here: 5e-3)
 INT8_LOGIT_ERROR = 2.0  # the same with int8 activations (measured up to 1.32)
-INT8_TIE = 0.5  # int8 flipped steps with reference margins 0.005-0.40; none above
+# int8 flipped steps with reference margins 0.005-0.40 while Q8_0 kept float32 activations; with Q8_0 (SmolLM2's
+# head) rounded to int8 as well, SmolLM2's code prompt flipped at a 0.576 margin with the AVX2 kernels
+INT8_TIE = 0.75
 BLOCK = 16
 
 

@@ -43,18 +43,44 @@ async def encoder_vectors(
 
 
 async def encoder_scores(
-    model: LoadedModel, query: str, documents: list[str], truncate: bool, raw_scores: bool = False
+    model: LoadedModel,
+    query: str,
+    documents: list[str],
+    truncate: bool,
+    raw_scores: bool = False,
+    field: str = "documents",
 ) -> tuple[np.ndarray, int]:
-    """((N,) relevance of each document: a cross-encoder's score, or a bi-encoder's cosine), tokens used)."""
+    """((N,) relevance of each document: a cross-encoder's score, or a bi-encoder's cosine), tokens used).
+    Bad input is a 400 naming `query` or `field` (the request's name for the documents)."""
     embedder = model.llm
     if model.task == "embed":
-        vectors, tokens = await encoder_vectors(model, [query, *documents], truncate=truncate, normalize=True)
-        return vectors[1:] @ vectors[0], tokens  # (N,) cosine similarities
-    scores = await _on_worker(
-        model.engine.run(lambda: embedder.rerank(query, documents, truncate, raw_scores))
-    )
+        q_ids, _ = _prepared(embedder, [query], truncate, "query")
+        d_ids, _ = _prepared(embedder, documents, truncate, field)
+        vectors = unit_rows(await _on_worker(model.engine.embed(q_ids + d_ids)))  # (1 + N, D)
+        return vectors[1:] @ vectors[0], sum(len(x) for x in q_ids + d_ids)  # (N,) cosine similarities
+    _prepared(embedder, [query], True, "query")  # an empty query is a 400 before any work
+    try:
+        scores = await _on_worker(
+            model.engine.run(lambda: embedder.rerank(query, documents, truncate, raw_scores))
+        )
+    except InputError as error:
+        raise InputError(str(error).replace("documents", field, 1), field) from None
     tokens = sum(len(x) for x in embedder.tokenize([query, *documents], truncate=True))
     return scores, tokens
+
+
+def _prepared(embedder, texts: list[str], truncate: bool, field: str):
+    """Embedder.prepare, its errors naming the request's field."""
+    try:
+        return (
+            embedder.prepare(texts, truncate=truncate)
+            if embedder.task == "embed"
+            else (embedder.tokenize(texts, truncate=truncate), None)
+        )
+    except InputError as error:
+        if error.param == "input":
+            raise InputError(str(error).replace("input", field, 1), field) from None
+        raise
 
 
 async def _on_worker(call):

@@ -191,6 +191,9 @@ class Embedder:
         is its task description), or, for a bi-encoder, the cosine similarity of the two vectors."""
         if not documents:
             raise InputError("documents is empty; give at least one document", "documents")
+        for i, document in enumerate(documents):
+            if not isinstance(document, str) or not document:
+                raise InputError(f"documents {i} is not a non-empty string", "documents")
         if self.is_decoder and self.task == "rerank":
             from blazr.tasks import decoder_rerank
 

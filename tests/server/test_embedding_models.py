@@ -176,3 +176,65 @@ async def test_the_input_limit_is_a_setting(make_app, encoder_dir):
         assert response.status_code == 400 and error["param"] == field and "limit is 3" in error["message"]
     response = await client.post("/api/embed", json={"model": EMBEDDER, "input": ["a"] * 4})
     assert response.status_code == 400 and "limit is 3" in (await response.get_json())["error"]
+
+
+async def test_a_bi_encoder_reranks_in_both_shapes(client):
+    documents = list(SENTENCES[:4])
+    body = {"query": QUERY, "documents": [documents[0], {"text": documents[1]}, *documents[2:]]}
+    jina = await (await client.post("/v1/rerank", json=body)).get_json()
+    assert jina["object"] == "list" and jina["model"] == EMBEDDER
+    results = jina["results"]
+    scores = [r["relevance_score"] for r in results]
+    assert scores == sorted(scores, reverse=True) and sorted(r["index"] for r in results) == [0, 1, 2, 3]
+    assert all(r["document"]["text"] == documents[r["index"]] for r in results)
+    vectors = await (await client.post("/v1/embeddings", json={"input": [QUERY, *documents]})).get_json()
+    emb = np.array([d["embedding"] for d in vectors["data"]], dtype=np.float64)
+    for r in results:
+        assert r["relevance_score"] == pytest.approx(float(emb[r["index"] + 1] @ emb[0]), abs=1e-5)
+    assert jina["usage"]["total_tokens"] == vectors["usage"]["total_tokens"]
+    top = await (
+        await client.post("/rerank", json={**body, "top_n": 1, "return_documents": False})
+    ).get_json()
+    assert top["results"] == [{"index": results[0]["index"], "relevance_score": scores[0]}]
+    tei = await (
+        await client.post("/rerank", json={"query": QUERY, "texts": documents, "return_text": True})
+    ).get_json()
+    assert [t["index"] for t in tei] == [r["index"] for r in results]
+    assert tei[0] == {
+        "index": results[0]["index"],
+        "score": scores[0],
+        "text": documents[results[0]["index"]],
+    }
+
+
+@pytest.mark.parametrize("model", [EMBEDDER, RERANKER])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"query": "q", "documents": []}, "documents"),
+        ({"query": "", "documents": ["a"]}, "query"),
+        ({"documents": ["a"]}, "query"),
+        ({"query": "q", "documents": [3]}, "documents"),
+        ({"query": "q", "documents": ["a", ""]}, "documents"),
+        ({"query": "q", "documents": ["a"], "top_n": 0}, "top_n"),
+        ({"query": "q", "documents": [SENTENCES[-1]]}, "documents"),  # over the 32-token limit, no truncate
+        ({"query": "q", "texts": [SENTENCES[-1]]}, "texts"),
+    ],
+)
+async def test_rerank_errors_name_the_field(make_app, encoder_dir, model, body, param):
+    client = (await make_app(model=model, model_dir=encoder_dir)).test_client()
+    response = await client.post("/v1/rerank", json=body)
+    error = (await response.get_json())["error"]
+    assert response.status_code == 400 and error["param"] == param, error
+
+
+async def test_rerank_truncates_when_asked_and_openapi_says_how_it_scores(client):
+    body = {"query": QUERY, "texts": [SENTENCES[-1], "b"], "truncate": True}
+    response = await client.post("/rerank", json=body)
+    assert response.status_code == 200 and len(await response.get_json()) == 2
+    spec = await (await client.get("/openapi.json")).get_json()
+    operation = spec["paths"]["/v1/rerank"]["post"]
+    assert "reranker" in operation["summary"] and "cosine similarity" in operation["summary"]
+    jina = operation["responses"]["200"]["content"]["application/json"]["schema"]["oneOf"][0]
+    score = jina["properties"]["results"]["items"]["properties"]["relevance_score"]
+    assert "sigmoid" in score["description"] and "cosine similarity" in score["description"]

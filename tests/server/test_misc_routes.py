@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 from blazr.server.errors import ApiError
@@ -72,71 +71,13 @@ async def check_apply_template_and_infill_refusal(client) -> None:
     )
 
 
-# ---- rerank --------------------------------------------------------------------------------------------
+# ---- rerank (the routes with encoder models: tests/server/test_embedding_models.py) ---------------------
 
 
-async def test_rerank_scores_are_embedding_cosines(smollm2_client):
-    client = smollm2_client
-    query = "What is the capital of France?"
-    documents = [
-        "Bananas are a yellow fruit.",
-        "Paris is the capital of France.",
-        "The stock market fell today.",
-    ]
-    body = {"query": query, "documents": [documents[0], {"text": documents[1]}, documents[2]]}
-    jina = await (await client.post("/v1/rerank", json=body)).get_json()
-    assert jina["object"] == "list" and jina["model"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
-    results = jina["results"]
-    scores = [r["relevance_score"] for r in results]
-    assert scores == sorted(scores, reverse=True) and sorted(r["index"] for r in results) == [0, 1, 2]
-    assert all(r["document"]["text"] == documents[r["index"]] for r in results)
-    assert results[0]["index"] == 1  # the relevant document ranks first
-    vectors = await (await client.post("/v1/embeddings", json={"input": [query, *documents]})).get_json()
-    emb = np.array([d["embedding"] for d in vectors["data"]], dtype=np.float64)
-    for r in results:
-        assert r["relevance_score"] == pytest.approx(float(emb[r["index"] + 1] @ emb[0]), abs=1e-5)
-    assert jina["usage"]["total_tokens"] == vectors["usage"]["total_tokens"]
-
-    top = await (
-        await client.post("/rerank", json={**body, "top_n": 1, "return_documents": False})
-    ).get_json()
-    assert top["results"] == [{"index": 1, "relevance_score": results[0]["relevance_score"]}]
-    tei = await (
-        await client.post("/rerank", json={"query": query, "texts": documents, "return_text": True})
-    ).get_json()
-    assert isinstance(tei, list) and [t["index"] for t in tei] == [r["index"] for r in results]
-    assert tei[0] == {"index": 1, "score": scores[0], "text": documents[1]}
-
-
-@pytest.mark.parametrize(
-    "body, param",
-    [
-        ({"query": "q", "documents": []}, "documents"),
-        ({"query": "", "documents": ["a"]}, "query"),
-        ({"documents": ["a"]}, "query"),
-        ({"query": "q", "documents": [3]}, "documents"),
-        ({"query": "q", "documents": ["a"], "top_n": 0}, "top_n"),
-        ({"query": "q", "documents": ["a" * 600]}, "documents"),  # over the tiny model's 512-token context
-    ],
-)
-async def test_rerank_errors(tiny_client, body, param):
-    response = await tiny_client.post("/v1/rerank", json=body)
-    assert response.status_code == 400 and openai_error(await response.get_json())["param"] == param
-
-
-async def test_rerank_openapi_says_how_it_scores(tiny_client):
-    spec = await (await tiny_client.get("/openapi.json")).get_json()
-    operation = spec["paths"]["/v1/rerank"]["post"]
-    assert "reranker" in operation["summary"] and "cosine similarity" in operation["summary"]
-    jina = operation["responses"]["200"]["content"]["application/json"]["schema"]["oneOf"][0]
-    score = jina["properties"]["results"]["items"]["properties"]["relevance_score"]
-    assert "mean-pooled, L2-normalised" in score["description"]
-
-
-async def test_tei_truncate_cuts_to_the_context(tiny_client):
-    body = {"query": "q", "texts": ["a" * 600, "b"], "truncate": True}
-    response = await tiny_client.post("/rerank", json=body)
-    assert response.status_code == 200 and len(await response.get_json()) == 2
+async def test_rerank_with_a_text_generation_model_is_a_400_naming_the_model(tiny_client):
+    response = await tiny_client.post("/v1/rerank", json={"query": "q", "documents": ["a", "b"]})
+    error = openai_error(await response.get_json())
+    assert response.status_code == 400 and error["param"] == "model" and "text generation" in error["message"]
 
 
 # ---- infill on a tiny model with FIM tokens ------------------------------------------------------------

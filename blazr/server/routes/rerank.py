@@ -1,10 +1,10 @@
 """POST /v1/rerank and /rerank: order documents by relevance to a query (wire-formats.md §10).
 
-The score depends on the model served: a reranker (a cross-encoder such as BertForSequenceClassification)
-scores each query/document pair, sigmoid of its logit in [0, 1] (TEI's `raw_scores: true` gives the logit);
-an embedding model scores by the cosine similarity of the two sentence vectors; a text generation model by the
-cosine of its mean-pooled, L2-normalised final hidden states (the vectors /v1/embeddings returns for it, an
-embedding similarity, not a trained relevance score). Two shapes: Jina/Cohere (`documents`) and TEI (`texts`).
+The score depends on the model served: a reranker (a cross-encoder such as BertForSequenceClassification, or
+a decoder loaded with task=rerank) scores each query/document pair, sigmoid of its logit in [0, 1] (TEI's
+`raw_scores: true` gives the logit); an embedding model scores by the cosine similarity of the query's and the
+document's sentence vectors. A text generation model has no relevance head: asking it is a 400 naming the
+model. Two shapes: Jina/Cohere (`documents`) and TEI (`texts`).
 """
 
 from __future__ import annotations
@@ -14,19 +14,15 @@ from quart import Blueprint, jsonify
 
 from blazr.server.encoder_calls import encoder_scores
 from blazr.server.errors import ApiError
-from blazr.server.generation import embed
-from blazr.server.openai_request import ANY_TASK, load_model
+from blazr.server.openai_request import load_model
 from blazr.server.openapi import documented
 from blazr.server.protocol import get_bool, get_int, get_list, get_str, read_json
-from blazr.server.state import LoadedModel
 
 bp = Blueprint("rerank", __name__)
 
 SCORE_NOTE = (
     "a reranker model's relevance (sigmoid of its logit, in [0, 1]; the logit itself with TEI's raw_scores); "
-    "for an embedding model the cosine similarity in [-1, 1] of the query's and the document's vectors; for a "
-    "text generation model the cosine of their mean-pooled, L2-normalised final hidden states (an embedding "
-    "similarity, not a trained relevance score)"
+    "for an embedding model the cosine similarity in [-1, 1] of the query's and the document's vectors"
 )
 RERANK_REQUEST = {
     "type": "object",
@@ -113,14 +109,10 @@ async def rerank():
     top_n = get_int(body, "top_n", min=1)
     truncate = bool(get_bool(body, "truncate", default=False))
     return_text = get_bool(body, "return_text" if tei else "return_documents", default=not tei)
-    model = await load_model(body, ANY_TASK)
-    if model.task == "generate":
-        ids = _token_lists(model, [query, *documents], "texts" if tei else "documents", truncate)
-        vectors = await embed(model, ids)  # (1 + N, D), unit rows
-        scores, tokens = vectors[1:] @ vectors[0], sum(len(t) for t in ids)  # (N,) cosine similarities
-    else:
-        raw = bool(get_bool(body, "raw_scores", default=False))
-        scores, tokens = await encoder_scores(model, query, documents, truncate, raw)  # (N,)
+    model = await load_model(body, ("rerank", "embed"))
+    raw = bool(get_bool(body, "raw_scores", default=False))
+    field = "texts" if tei else "documents"
+    scores, tokens = await encoder_scores(model, query, documents, truncate, raw, field)  # (N,)
     order = [int(i) for i in np.argsort(-scores, kind="stable")][: top_n or len(documents)]
     if tei:
         return jsonify([_tei_item(i, float(scores[i]), documents[i], return_text) for i in order])
@@ -141,27 +133,6 @@ def _texts(body: dict, name: str) -> list[str]:
             raise ApiError(400, f"'{name}[{i}]' must be a string or {{\"text\": string}}", param=name)
         texts.append(text)
     return texts
-
-
-def _token_lists(model: LoadedModel, texts: list[str], name: str, truncate: bool) -> list[list[int]]:
-    """Token ids per text (query first); too long for the context -> 400, or cut when `truncate` asks."""
-    tokenizer, limit = model.llm.tokenizer, model.num_ctx
-    lists = []
-    for i, text in enumerate(texts):
-        where = "query" if i == 0 else f"{name}[{i - 1}]"
-        ids = tokenizer.encode(text, add_special_tokens=True)
-        if not ids:
-            raise ApiError(400, f"'{where}' is empty; it needs at least one token", param=where.split("[")[0])
-        if len(ids) > limit and not truncate:
-            raise ApiError(
-                400,
-                f"'{where}' has {len(ids)} tokens but model '{model.name}' has a context limit of {limit} "
-                "tokens; shorten it (or send truncate: true)",
-                param=where.split("[")[0],
-                code="context_length_exceeded",
-            )
-        lists.append(ids[:limit])
-    return lists
 
 
 def _jina_item(index: int, score: float, text: str, with_document: bool) -> dict:
