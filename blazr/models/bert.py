@@ -15,7 +15,7 @@ from typing import Any
 
 from blazr.errors import UnsupportedError
 from blazr.models.base import HF_ACTIVATIONS, Array, BaseModelArgs
-from blazr.models.encoder import AbsoluteEmbeddings, EncoderModel, PostNormEncoderBlock
+from blazr.models.encoder import AbsoluteEmbeddings, EncoderModel, PostNormEncoderBlock, classifier_task
 from blazr.models.layers.dense_attention import DenseSelfAttention
 from blazr.models.layers.mlp import MLP
 from blazr.models.layers.module import Module, Weight, weight
@@ -25,9 +25,7 @@ ACTIVATIONS = HF_ACTIVATIONS | {"gelu_new": "gelu_tanh"}
 CLASSIFIERS = ("BertForSequenceClassification",)
 
 
-def task(config: dict[str, Any]) -> str:
-    """blazr.models.model_task: a sequence classifier reranks; anything else embeds."""
-    return "rerank" if (config.get("architectures") or [""])[0] in CLASSIFIERS else "embed"
+task = classifier_task(CLASSIFIERS)  # blazr.models.model_task
 
 
 @dataclass

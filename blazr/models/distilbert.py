@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from blazr.errors import UnsupportedError
 from blazr.models.base import BaseModelArgs
 from blazr.models.bert import ACTIVATIONS, ClassificationHead
-from blazr.models.encoder import AbsoluteEmbeddings, EncoderModel, PostNormEncoderBlock
+from blazr.models.encoder import AbsoluteEmbeddings, EncoderModel, PostNormEncoderBlock, classifier_task
 from blazr.models.layers.dense_attention import DenseSelfAttention
 from blazr.models.layers.mlp import MLP
 from blazr.models.layers.module import Module
@@ -26,9 +26,7 @@ CLASSIFIERS = ("DistilBertForSequenceClassification",)
 EPS = 1e-12  # HF's DistilBERT LayerNorms
 
 
-def task(config: dict[str, Any]) -> str:
-    """blazr.models.model_task: a sequence classifier reranks; anything else embeds."""
-    return "rerank" if (config.get("architectures") or [""])[0] in CLASSIFIERS else "embed"
+task = classifier_task(CLASSIFIERS)  # blazr.models.model_task
 
 
 @dataclass

@@ -18,6 +18,16 @@ from blazr.models.layers.module import Module, Weight, weight
 from blazr.models.layers.norm import LayerNorm
 
 
+def classifier_task(classifiers: tuple[str, ...]):
+    """A family's `task(config)` for blazr.models.model_task: a sequence classifier (architectures[0] in
+    `classifiers`) reranks; anything else embeds."""
+
+    def task(config: dict[str, Any]) -> str:
+        return "rerank" if (config.get("architectures") or [""])[0] in classifiers else "embed"
+
+    return task
+
+
 class AbsoluteEmbeddings(Module):
     """word + learned absolute position (+ token type) embeddings, then a LayerNorm (BERT, RoBERTa)."""
 

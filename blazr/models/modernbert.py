@@ -22,7 +22,7 @@ import numpy as np
 
 from blazr.errors import UnsupportedError
 from blazr.models.base import HF_ACTIVATIONS, Array, BaseModelArgs, trace
-from blazr.models.encoder import EncoderModel
+from blazr.models.encoder import EncoderModel, classifier_task
 from blazr.models.layers.dense_attention import DenseSelfAttention
 from blazr.models.layers.mlp import GatedMLP
 from blazr.models.layers.module import Module, Weight, weight
@@ -34,9 +34,7 @@ CLASSIFIERS = ("ModernBertForSequenceClassification",)
 KINDS = ("full_attention", "sliding_attention")  # HF's layer_types
 
 
-def task(config: dict[str, Any]) -> str:
-    """blazr.models.model_task: a sequence classifier reranks; anything else embeds."""
-    return "rerank" if (config.get("architectures") or [""])[0] in CLASSIFIERS else "embed"
+task = classifier_task(CLASSIFIERS)  # blazr.models.model_task
 
 
 @dataclass

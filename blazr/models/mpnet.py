@@ -22,7 +22,7 @@ import numpy as np
 
 from blazr.models import bert
 from blazr.models.base import Array, host_array
-from blazr.models.encoder import PostNormEncoderBlock
+from blazr.models.encoder import PostNormEncoderBlock, classifier_task
 from blazr.models.layers.dense_attention import DenseSelfAttention
 from blazr.models.layers.mlp import MLP
 from blazr.models.layers.module import Module, Weight, weight
@@ -33,9 +33,7 @@ PADDING_IDX = 1  # HF's MPNetEmbeddings fixes it, whatever the config's pad_toke
 MAX_DISTANCE = 128  # relative_position_bucket's default, which MPNetEncoder uses
 
 
-def task(config: dict[str, Any]) -> str:
-    """blazr.models.model_task: a sequence classifier reranks; anything else embeds."""
-    return "rerank" if (config.get("architectures") or [""])[0] in CLASSIFIERS else "embed"
+task = classifier_task(CLASSIFIERS)  # blazr.models.model_task
 
 
 def relative_position_bucket(relative: np.ndarray, num_buckets: int = 32, max_distance: int = MAX_DISTANCE):

@@ -12,19 +12,17 @@ every token is segment 0, pairs included; and the classification head is `classi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from blazr.models import bert
 from blazr.models.base import Array
+from blazr.models.encoder import classifier_task
 
 CLASSIFIERS = ("RobertaForSequenceClassification", "XLMRobertaForSequenceClassification")
 
 
-def task(config: dict[str, Any]) -> str:
-    """blazr.models.model_task: a sequence classifier reranks; anything else embeds."""
-    return "rerank" if (config.get("architectures") or [""])[0] in CLASSIFIERS else "embed"
+task = classifier_task(CLASSIFIERS)  # blazr.models.model_task
 
 
 @dataclass

@@ -31,6 +31,16 @@ def max_inputs() -> int:
 ENCODINGS = ("float", "base64")
 
 
+def string_inputs(raw: Any, field: str) -> list[str]:
+    """Ollama's and TEI's `input(s)`: a non-empty string or array of strings, within the server's limit."""
+    inputs = [raw] if isinstance(raw, str) else raw
+    if not isinstance(inputs, list) or not inputs or not all(isinstance(x, str) for x in inputs):
+        raise ApiError(400, f"'{field}' must be a non-empty string or array of strings", param=field)
+    if len(inputs) > max_inputs():
+        raise ApiError(400, f"'{field}' has {len(inputs)} items; the limit is {max_inputs()}", param=field)
+    return inputs
+
+
 def _is_ids(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
 

@@ -15,7 +15,7 @@ from blazr.server.errors import ApiError
 from blazr.server.generation import embed
 from blazr.server.openapi import documented
 from blazr.server.protocol import get_bool, get_int, get_str, read_json
-from blazr.server.routes.embeddings import max_inputs
+from blazr.server.routes.embeddings import string_inputs
 from blazr.server.state import LoadedModel, current_state
 
 bp = Blueprint("ollama_embed", __name__)
@@ -57,21 +57,15 @@ LEGACY_RESPONSE = {
 async def embed_inputs():
     body = await read_json()
     started = time.perf_counter()
-    raw = body.get("input")
-    inputs = [raw] if isinstance(raw, str) else raw
-    if not isinstance(inputs, list) or not inputs or not all(isinstance(x, str) for x in inputs):
-        raise ApiError(400, "'input' must be a non-empty string or array of strings", param="input")
-    if len(inputs) > max_inputs():
-        raise ApiError(400, f"'input' has {len(inputs)} items; the limit is {max_inputs()}", param="input")
+    inputs = string_inputs(body.get("input"), "input")
     truncate = bool(get_bool(body, "truncate", default=True))
     dimensions = get_int(body, "dimensions", min=1)
     model, loaded = await _model(body)
-    vectors, tokens = await _vectors(model, inputs, truncate, dimensions)
-    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)  # Ollama normalises
+    vectors, tokens = await _vectors(model, inputs, truncate, dimensions)  # unit rows, as Ollama gives them
     return jsonify(
         {
             "model": get_str(body, "model") or model.name,
-            "embeddings": unit.astype(np.float32).tolist(),
+            "embeddings": vectors.astype(np.float32).tolist(),
             "total_duration": _ns(time.perf_counter() - started),
             "load_duration": _ns(loaded - started),
             "prompt_eval_count": tokens,
@@ -103,7 +97,7 @@ async def _model(body: dict) -> tuple[LoadedModel, float]:
 
 
 async def _vectors(model: LoadedModel, inputs: list[str], truncate: bool, dimensions: int | None):
-    """((N, D) vectors, tokens used) from an embedding model's pipeline, or a text model's mean states."""
+    """((N, D) unit vectors, tokens used) from an embedding model's pipeline, or a text model's mean states."""
     if model.task == "embed":
         return await encoder_vectors(model, inputs, dimensions=dimensions, truncate=truncate, normalize=True)
     if dimensions is not None:

@@ -13,7 +13,7 @@ from blazr.server.errors import ApiError
 from blazr.server.openai_request import load_model
 from blazr.server.openapi import documented
 from blazr.server.protocol import get_bool, get_int, get_str, read_json
-from blazr.server.routes.embeddings import max_inputs
+from blazr.server.routes.embeddings import string_inputs
 
 bp = Blueprint("tei_embed", __name__)
 
@@ -38,12 +38,7 @@ DIRECTIONS = {"right": "right", "left": "left"}  # TEI spells them Right / Left
 @documented(EMBED_REQUEST, EMBED_RESPONSE, summary="Embed inputs (text-embeddings-inference)")
 async def embed():
     body = await read_json()
-    raw = body.get("inputs")
-    inputs = [raw] if isinstance(raw, str) else raw
-    if not isinstance(inputs, list) or not inputs or not all(isinstance(x, str) for x in inputs):
-        raise ApiError(400, "'inputs' must be a non-empty string or array of strings", param="inputs")
-    if len(inputs) > max_inputs():
-        raise ApiError(400, f"'inputs' has {len(inputs)} items; the limit is {max_inputs()}", param="inputs")
+    inputs = string_inputs(body.get("inputs"), "inputs")
     direction = (get_str(body, "truncation_direction", default="Right") or "Right").lower()
     if direction not in DIRECTIONS:
         raise ApiError(400, "'truncation_direction' must be 'Right' or 'Left'", param="truncation_direction")
