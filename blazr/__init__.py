@@ -20,5 +20,5 @@ def load(model: str, device: str = "cpu", task: str | None = None, **kwargs):
     if task is not None or own in ("embed", "rerank"):
         from blazr.tasks.embed import Embedder
 
-        return Embedder.load(path, device=device, task=task, **kwargs)
-    return LLM.load(path, device=device, **kwargs)
+        return Embedder.load(checkpoint, device=device, task=task, **kwargs)
+    return LLM.load(checkpoint, device=device, **kwargs)

@@ -62,7 +62,7 @@ class LLM:
     @classmethod
     def load(
         cls,
-        model: str | Path,
+        model: str | Path | Any,
         device: str = "cpu",
         dtype: str | None = None,
         num_ctx: int | None = None,
@@ -73,18 +73,17 @@ class LLM:
         draft_model: str | Path | None = None,
         kv_cache_mb: int | None = None,
     ) -> LLM:
-        """Load a model by path or name (catalog models are pulled on first use) onto `device`.
+        """Load a model by path or name (catalog models are pulled on first use), or an opened Checkpoint, onto `device`.
         num_ctx defaults to min(2048, the model's context length). speculative="ngram" turns on prompt-lookup
         speculative decoding; draft_model (a path or name of a smaller model with the same vocabulary)
         turns on draft-model speculative decoding. kv_cache_mb caps the paged KV pool (default: room for
         max_seqs full contexts)."""
         from blazr.backends import get_backend
-        from blazr.loaders import load_checkpoint
-        from blazr.model_dir import resolve_model
+        from blazr.loaders import open_model
         from blazr.models import build_model, model_task
         from blazr.tokenizer import load_tokenizer
 
-        checkpoint = load_checkpoint(resolve_model(str(model)))
+        checkpoint = open_model(model)
         task = model_task(checkpoint.config, checkpoint.gguf_metadata, checkpoint.directory)
         if task != "generate":
             raise UnsupportedError(
@@ -97,7 +96,7 @@ class LLM:
         num_ctx = num_ctx or min(DEFAULT_NUM_CTX, net.args.max_position_embeddings)
         draft = None
         if draft_model is not None:
-            draft = build_model(load_checkpoint(resolve_model(str(draft_model))), backend, dtype)
+            draft = build_model(open_model(draft_model), backend, dtype)
         engine = Engine(
             net,
             tokenizer,

@@ -68,6 +68,17 @@ class Checkpoint:
         return counts
 
 
+def open_model(model: Checkpoint | str | Path) -> Checkpoint:
+    """The Checkpoint of a model argument: one already opened (so a caller that opened it to see what kind
+    of model it is does not read a GGUF's metadata twice: 0.2 s for Qwen2.5-0.5B's), else a path or name,
+    resolved (catalog models pulled on first use) and opened."""
+    if isinstance(model, Checkpoint):
+        return model
+    from blazr.model_dir import resolve_model
+
+    return load_checkpoint(resolve_model(str(model)))
+
+
 def load_checkpoint(path: str | Path) -> Checkpoint:
     """Open a SafeTensors file/directory (single or sharded) or a GGUF file. Raises ModelNotFoundError or
     CheckpointError with a message naming the file and what is wrong."""

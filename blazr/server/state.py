@@ -123,9 +123,9 @@ def load_for_serving(path: Path, settings: Settings) -> Any:
     if task or model_task(checkpoint.config, checkpoint.gguf_metadata, checkpoint.directory) != "generate":
         from blazr.tasks.embed import Embedder
 
-        return Embedder.load(path, device=settings.device, dtype=settings.inference.dtype, task=task)
+        return Embedder.load(checkpoint, device=settings.device, dtype=settings.inference.dtype, task=task)
     llm = LLM.load(
-        path,
+        checkpoint,
         device=settings.device,
         dtype=settings.inference.dtype,
         num_ctx=settings.num_ctx,

@@ -48,7 +48,7 @@ class Embedder:
     @classmethod
     def load(
         cls,
-        model: str | Path,
+        model: str | Path | Any,
         device: Any = "cpu",
         dtype: str | None = None,
         task: str | None = None,
@@ -58,12 +58,11 @@ class Embedder:
         `task="rerank"` loads a causal LM as a yes/no reranker (Qwen3-Reranker: nothing in its checkpoint
         says so); otherwise the checkpoint's own task is used."""
         from blazr.backends import get_backend
-        from blazr.loaders import load_checkpoint
-        from blazr.model_dir import resolve_model
+        from blazr.loaders import open_model
         from blazr.models import build_model, model_task
         from blazr.tokenizer import load_tokenizer
 
-        checkpoint = load_checkpoint(resolve_model(str(model)))
+        checkpoint = open_model(model)
         own = model_task(checkpoint.config, checkpoint.gguf_metadata, checkpoint.directory)
         task = _chosen_task(checkpoint.path, own, task)
         backend = get_backend(device) if isinstance(device, str) else device
