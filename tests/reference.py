@@ -206,6 +206,10 @@ def conv1d(x, w, b, stride, pad, groups):
     return out if b is None else out + _f64(b)[:, None]
 
 
+def transpose(x):
+    return _f64(x).T.copy()
+
+
 def ssm_scan(x, dt, A, B, C, D, state):
     x, dt, A, B, C, D = (_f64(a) for a in (x, dt, A, B, C, D))
     state = _f64(state).copy()

@@ -467,6 +467,14 @@ def test_conv1d(backend, rng, case, bias):
     check(backend, "conv1d", normal(rng, c_in, length), w, b, stride, pad, groups)
 
 
+@pytest.mark.parametrize("m,n", [(1, 1), (3, 7), (80, 1500), (384, 1500)])
+def test_transpose(backend, rng, m, n):
+    check(backend, "transpose", normal(rng, m, n))
+    x = normal(rng, m, 2 * n)
+    got = backend.download(backend.transpose(backend.upload(x)[:, n:]))  # a device view, row stride 2n
+    assert np.array_equal(got, x[:, n:].T)
+
+
 @pytest.mark.parametrize("t,h,p,g,n", [(1, 1, 1, 1, 1), (7, 4, 3, 2, 5), (33, 6, 4, 3, 8)])
 def test_ssm_scan(backend, rng, t, h, p, g, n):
     dt = np.log1p(np.exp(normal(rng, t, h))).astype(np.float32)  # softplus'ed, as the contract says

@@ -30,6 +30,7 @@ TESTS = [
     "tests/test_embed.py",
     "tests/test_embed_minilm.py",
     "tests/test_embed_gguf.py",
+    "tests/test_whisper_model.py",
 ]
 ENCODER_BACKENDS = ("cpu", "cpu-numpy", "wgpu")  # the `backend` fixture's ids in tests/test_embed*.py
 
@@ -90,22 +91,27 @@ def real_models(results: dict[str, str]) -> tuple[list[str], dict[str, dict[str,
     return columns, table
 
 
-def family_rows(encoders: bool = False) -> list[tuple[str, str, str, list[str]]]:
+def family_rows(encoders: bool = False, speech: bool = False) -> list[tuple[str, str, str, list[str]]]:
     """(family module, HF architectures, GGUF architectures, tiny models of the family) of the decoder
-    families, or with `encoders` of the encoder families (tiny cases of tests/tiny_encoders.py)."""
+    families, or with `encoders` of the encoder families (tiny cases of tests/tiny_encoders.py), or with
+    `speech` of the speech models (tiny cases of tests/tiny_whisper.py)."""
     from blazr.models import FAMILIES, model_module_name, model_task
     from tests.tiny_encoders import CASES, config
     from tests.tiny_models import MODELS, tiny_config
+    from tests.tiny_whisper import CASES as WHISPER_CASES
 
     tiny: dict[str, list[str]] = {}
     for model in MODELS:
         tiny.setdefault(model_module_name(tiny_config(model)), []).append(model)
     for case in CASES:
         tiny.setdefault(model_module_name(config(case)), []).append(case)
+    tiny["whisper"] = list(WHISPER_CASES)
+    want = "speech" if speech else "encoders" if encoders else "decoders"
     rows = []
     for f in FAMILIES:
-        is_encoder = model_task({"architectures": [f.architectures[0]]}) != "generate"
-        if is_encoder == encoders:
+        task = model_task({"architectures": [f.architectures[0]]})
+        kind = "speech" if task == "transcribe" else "decoders" if task == "generate" else "encoders"
+        if kind == want:
             rows.append((f.module, ", ".join(f.architectures), ", ".join(f.gguf), tiny.get(f.module, [])))
     return rows
 
@@ -233,6 +239,25 @@ def render(results: dict[str, str]) -> str:
         "",
         *gguf_encoder_cells(results),
         "",
+        "## Speech recognition",
+        "",
+        "Each tiny case of `tests/tiny_whisper.py` is a random-weight Whisper (English-only, multilingual) run by",
+        "transformers for the reference (`tests/golden/whisper/`): a cell passes when blazr's encoder output is",
+        "within tolerance and its 40 greedy ids after Whisper's prompt equal transformers' on a random log-mel",
+        "window (`tests/test_whisper_model.py`).",
+        "",
+        "| family | HF architectures | tiny case | " + " | ".join(ENCODER_BACKENDS) + " |",
+        "|" + "---|" * (3 + len(ENCODER_BACKENDS)),
+    ]
+    for module, archs, _, cases in family_rows(speech=True):
+        for case in cases:
+            cells = [
+                results.get(f"test_encoder_and_greedy_decoding_equal_transformers[{b}-{case}]", "-")
+                for b in ENCODER_BACKENDS
+            ]
+            lines.append(f"| {module} | {archs} | {case} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
         "## Real checkpoints",
         "",
         "Real GGUF files from the package registries against their float reference (transformers loading the same",
@@ -258,7 +283,8 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="only check docs/models.md lists every family")
     args = parser.parse_args()
     if args.check:
-        want = {module for module, *_ in family_rows() + family_rows(encoders=True)}
+        rows = family_rows() + family_rows(encoders=True) + family_rows(speech=True)
+        want = {module for module, *_ in rows}
         have = listed_families(DOC.read_text()) if DOC.exists() else set()
         missing = sorted(want - have)
         if missing:

@@ -427,6 +427,9 @@ class ArrayAPIBackend:
             out += b[:, None]
         return out
 
+    def transpose(self, x: Array) -> Array:
+        return self.xp.ascontiguousarray(x.T)  # (N, M)
+
     def ssm_scan(
         self, x: Array, dt: Array, A: Array, B: Array, C: Array, D: Array, state: Array
     ) -> tuple[Array, Array]:

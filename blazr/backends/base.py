@@ -45,6 +45,8 @@ OPS: tuple[str, ...] = (
     # sequence
     "conv1d",
     "ssm_scan",
+    # layout
+    "transpose",
 )
 
 # act(x, kind) and glu(gate, up, kind); tanh is for logit soft-capping (softcap * tanh(x / softcap))
@@ -210,6 +212,11 @@ class Backend(Protocol):
         state = exp(dt*A) * state + dt * x[t] outer B[t];  y[t] = state @ C[t] + D * x[t].
         Returns y (T, H, P) and the final state (H, P, N).
         """
+
+    # ---- layout -------------------------------------------------------------------------------------
+    def transpose(self, x: Array) -> Array:
+        """x (M, N) -> (N, M) contiguous: conv1d's (channels, time) output as the (time, channels) rows the
+        rest of a network reads (the Whisper and TTS front ends)."""
 
     # ---- capability ---------------------------------------------------------------------------------
     def supports(self, op: str, dtype: str | None = None, fmt: str | None = None) -> bool:

@@ -97,6 +97,12 @@ class SelectionSequenceOps:
             )
         return out
 
+    def transpose(self, x: Array) -> Array:
+        m, n = x.shape
+        rows, cols = x.strides if x.strides is not None else (n, 1)  # in elements
+        # a strided view of the same buffer, made contiguous by the copy kernel
+        return self.contiguous(x.view((n, m), strides=(cols, rows)), force=True)  # (N, M)
+
     def ssm_scan(
         self, x: Array, dt: Array, A: Array, B: Array, C: Array, D: Array, state: Array
     ) -> tuple[Array, Array]:

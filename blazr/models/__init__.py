@@ -95,6 +95,8 @@ FAMILIES: tuple[Family, ...] = (
         ("modernbert",),
         ("modern-bert",),
     ),
+    # speech recognition (blazr.tasks.transcribe); CTranslate2 and whisper.cpp files are read into this layout
+    Family("whisper", ("WhisperForConditionalGeneration",), ("whisper",), ()),
 )
 
 ARCHITECTURES = {name: f.module for f in FAMILIES for name in f.architectures}
