@@ -44,3 +44,11 @@ class InputError(ConfigError):
     def __init__(self, message: str, param: str | None = None):
         super().__init__(message)
         self.param = param
+
+
+class AudioError(InputError):
+    """Audio that cannot be decoded: a missing file, not audio, empty, truncated, or a sample format neither
+    soundfile nor ffmpeg reads. The message names the file; `param` is the request field ("file")."""
+
+    def __init__(self, message: str, param: str | None = "file"):
+        super().__init__(message, param)
