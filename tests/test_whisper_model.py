@@ -57,15 +57,17 @@ def test_windows_and_beams_batched_equal_each_alone(backend):
             )[0]
         )
         alone.append(model.decode(cache, np.array([0]), [np.array([11, 12])], all_logits=True))
-    # two windows of two beams each; the second window's beams decode while the first's sit out
+    # two windows of two beams each; prompts go one window at a time, then steps of one token per row
     cache = model.new_cache(2, seqs_per_window=2)
     for w, mel in enumerate(mels):
         model.encode(mel, cache, w)
-    first = model.decode(cache, np.array([0, 2, 3]), [prompt, prompt, prompt[:2]])
+    first = model.decode(cache, np.array([0]), [prompt])
+    second = model.decode(cache, np.array([2, 3]), [prompt, prompt[:2]])
     np.testing.assert_allclose(first[0], alone[0], rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(first[1], alone[2], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(second[0], alone[2], rtol=1e-4, atol=1e-4)
     model.decode(cache, np.array([3]), [prompt[2:]])  # sequence 3 catches up in two calls
     cache.reorder(np.array([1]), np.array([0]))  # beam 1 of window 0 continues beam 0
-    later = model.decode(cache, np.array([1, 3]), [np.array([11, 12]), np.array([11, 12])], all_logits=True)
-    np.testing.assert_allclose(later[:2], alone[1], rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(later[2:], alone[3], rtol=1e-4, atol=1e-4)
+    for token in range(2):  # both windows in one call, one token per row
+        later = model.decode(cache, np.array([1, 3]), [np.array([11 + token])] * 2)
+        np.testing.assert_allclose(later[0], alone[1][token], rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(later[1], alone[3][token], rtol=1e-4, atol=1e-4)

@@ -19,7 +19,7 @@ import numpy as np
 
 CASES = ("en", "multi")
 
-_DIMS = dict(d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, encoder_layers=2, decoder_layers=2)
+_DIMS = dict(d_model=32, encoder_ffn_dim=128, decoder_ffn_dim=128, encoder_layers=2, decoder_layers=2)
 _HEADS = 4
 # (decoder layer, head) pairs whose cross-attention follows the audio: word timestamps use them
 ALIGNMENT_HEADS = ((1, 0), (1, 2))

@@ -28,7 +28,13 @@ class DecodeStep:
     block_tables: Array  # (B, blocks_per_seq)
     ctx_lens: Array  # (B,) cached tokens of each row after this call
     q_lens_dev: Array  # (B,) q_lens on the device
-    cross_q_lens: Array  # (W,) rows of this call per window (0 for windows not in it)
+    windows: np.ndarray  # (B,) the audio window of each row
+    cross_tables: Array  # (B, cross_blocks) the blocks of each row's window in the cross-attention cache
+    cross_ctx: Array  # (B,) encoder positions each row attends to (all of them)
+
+    @property
+    def one_token_each(self) -> bool:
+        return bool(np.all(self.q_lens == 1))
 
 
 class WhisperCache:
@@ -51,20 +57,28 @@ class WhisperCache:
             for _ in range(a.decoder_layers)
         ]  # per layer: (S, H, Dh) keys and values
         self.positions_per_window = a.max_source_positions
-        cross_rows = windows * self.positions_per_window
+        # whole blocks per window, so a decode step reads a window's keys through the paged kernel
+        self.cross_blocks = -(-a.max_source_positions // BLOCK_SIZE)
+        self.rows_per_window = self.cross_blocks * BLOCK_SIZE
+        cross_rows = windows * self.rows_per_window
         self.cross_kv = [
             (be.empty((cross_rows, heads, head_dim)), be.empty((cross_rows, heads, head_dim)))
             for _ in range(a.decoder_layers)
-        ]  # per layer: (W * P, H, Dh)
-        self.cross_lens = be.upload(np.full(windows, self.positions_per_window, dtype=np.int32))  # (W,)
+        ]  # per layer: (W * rows_per_window, H, Dh), window w's P positions from row w * rows_per_window
 
     def window_of(self, seqs: np.ndarray) -> np.ndarray:
         return np.asarray(seqs) // self.seqs_per_window
 
     def cross_slots(self, window: int) -> Array:
         """(P,) cross-cache rows of `window`."""
-        p = self.positions_per_window
-        return self.be.upload(np.arange(window * p, (window + 1) * p, dtype=np.int32))
+        start = window * self.rows_per_window
+        return self.be.upload(np.arange(start, start + self.positions_per_window, dtype=np.int32))
+
+    def cross_keys(self, layer: int, window: int) -> tuple[Array, Array]:
+        """Window `window`'s (P, H, Dh) cross-attention keys and values in `layer` (views)."""
+        start = window * self.rows_per_window
+        k, v = self.cross_kv[layer]
+        return k[start : start + self.positions_per_window], v[start : start + self.positions_per_window]
 
     def step(self, seqs: np.ndarray, q_lens: np.ndarray) -> DecodeStep:
         """Tables for decoding q_lens[b] new tokens of sequence seqs[b] (rows grouped by window, in order)."""
@@ -79,7 +93,7 @@ class WhisperCache:
         owner = np.repeat(seqs, q_lens)  # (T,) sequence of each token
         slots = owner * self.seq_slots + positions
         tables = seqs[:, None] * self.blocks_per_seq + np.arange(self.blocks_per_seq)[None, :]
-        cross = np.bincount(windows, weights=q_lens, minlength=self.windows)
+        cross_tables = windows[:, None] * self.cross_blocks + np.arange(self.cross_blocks)[None, :]
         up, i32 = self.be.upload, np.int32
         return DecodeStep(
             seqs=seqs,
@@ -89,7 +103,9 @@ class WhisperCache:
             block_tables=up(tables.astype(i32)),
             ctx_lens=up((start + q_lens).astype(i32)),
             q_lens_dev=up(q_lens.astype(i32)),
-            cross_q_lens=up(cross.astype(i32)),
+            windows=windows,
+            cross_tables=up(cross_tables.astype(i32)),
+            cross_ctx=up(np.full(len(seqs), self.positions_per_window, dtype=i32)),
         )
 
     def advance(self, step: DecodeStep) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
+
 from blazr.models.base import Array
 from blazr.models.layers.module import Module, Weight, fused, weight
 
@@ -59,7 +61,7 @@ class CrossAttention(_Projections):
     """Attention of the decoded tokens over their audio window's encoder output (every position: the audio
     is all there before decoding starts)."""
 
-    OPS = ("matmul", "binary", "kv_write", "attention_dense")
+    OPS = ("matmul", "binary", "kv_write", "attention", "attention_dense")
 
     def declare(self) -> Iterator[Weight]:
         d = self.hidden
@@ -75,7 +77,7 @@ class CrossAttention(_Projections):
         be, h, dh = self.be, self.heads, self.head_dim
         kv = be.binary("add", be.matmul(encoded, self.kv), self.kv_bias)  # (P, 2D)
         kv = kv.reshape(kv.shape[0], 2 * h, dh)  # (P, 2H, Dh)
-        k_cache, v_cache = cache.cross_kv[self.layer]  # (W * P, H, Dh) each
+        k_cache, v_cache = cache.cross_kv[self.layer]  # (W * rows per window, H, Dh) each
         be.kv_write(k_cache, v_cache, kv[:, :h], kv[:, h:], slots)
 
     def queries(self, x: Array) -> Array:
@@ -85,9 +87,29 @@ class CrossAttention(_Projections):
         return q.reshape(q.shape[0], self.heads, self.head_dim)
 
     def __call__(self, x: Array, cache, step) -> Array:
-        """x (T, D), its rows grouped by window (`step.cross_q_lens` (W,) rows each) -> (T, D)."""
-        k_cache, v_cache = cache.cross_kv[self.layer]  # (W * P, H, Dh)
-        att = self.be.attention_dense(
-            self.queries(x), k_cache, v_cache, step.cross_q_lens, cache.cross_lens, self.head_dim**-0.5
-        )  # (T, H, Dh)
+        """x (T, D) -> (T, D). A step of one token per row reads its window's keys through the paged
+        kernel (a window's beams share its blocks, and every encoder position is "before" the query);
+        a step of several tokens (a prompt) must be one window's, and runs dense attention over it."""
+        be, q = self.be, self.queries(x)  # (T, H, Dh)
+        if step.one_token_each:
+            k_cache, v_cache = cache.cross_kv[self.layer]  # (W * rows per window, H, Dh)
+            att = be.attention(
+                q,
+                k_cache,
+                v_cache,
+                step.cross_tables,
+                step.cross_ctx,
+                step.q_lens_dev,
+                cache.block_size,
+                self.head_dim**-0.5,
+            )  # (T, H, Dh)
+            return self._out(att)
+        if len(set(step.windows.tolist())) != 1:
+            raise ValueError("a Whisper step of several tokens per row must hold one window's rows")
+        k, v = cache.cross_keys(self.layer, int(step.windows[0]))  # (P, H, Dh) each
+        lens = (
+            be.upload(np.array([q.shape[0]], dtype=np.int32)),
+            be.upload(np.array([k.shape[0]], dtype=np.int32)),
+        )
+        att = be.attention_dense(q, k, v, *lens, self.head_dim**-0.5)  # (T, H, Dh)
         return self._out(att)
