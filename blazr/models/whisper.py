@@ -230,12 +230,19 @@ class Model(Module):
         return encoded
 
     def decode(
-        self, cache: WhisperCache, seqs: np.ndarray, tokens: list[np.ndarray], all_logits: bool = False
+        self,
+        cache: WhisperCache,
+        seqs: np.ndarray,
+        tokens: list[np.ndarray],
+        all_logits: bool = False,
+        capture: bool = False,
     ) -> np.ndarray:
         """Feed tokens[b] to sequence seqs[b] (rows grouped by window) -> host logits (B, V) of each row's last
-        token, or (T, V) of every token with all_logits."""
+        token, or (T, V) of every token with all_logits. capture: keep each layer's cross-attention queries
+        in cache.captured (word timestamps read the alignment heads' attention from them)."""
         q_lens = np.array([len(t) for t in tokens], dtype=np.int64)
         step = cache.step(np.asarray(seqs), q_lens)
+        step.capture = capture
         ids = self.be.upload(np.concatenate(tokens).astype(np.int32))  # (T,)
         last = None if all_logits else self.be.upload((np.cumsum(q_lens) - 1).astype(np.int32))
         logits = self.decoder(ids, cache, step, last)

@@ -31,6 +31,7 @@ class DecodeStep:
     windows: np.ndarray  # (B,) the audio window of each row
     cross_tables: Array  # (B, cross_blocks) the blocks of each row's window in the cross-attention cache
     cross_ctx: Array  # (B,) encoder positions each row attends to (all of them)
+    capture: bool = False  # keep each layer's cross-attention queries in cache.captured (word timing)
 
     @property
     def one_token_each(self) -> bool:
@@ -49,6 +50,7 @@ class WhisperCache:
         n_seqs, heads = windows * seqs_per_window, a.decoder_attention_heads
         head_dim = a.d_model // heads
         self.lengths = np.zeros(n_seqs, dtype=np.int64)  # tokens cached per sequence
+        self.captured: dict[int, Array] = {}  # layer -> cross-attention queries (T, H, Dh) of a capture step
         self.self_kv = [
             (
                 be.empty((n_seqs * self.seq_slots, heads, head_dim)),

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from blazr.errors import InputError, UnsupportedError
+from blazr.errors import InputError
 from blazr.tasks.transcript import Segment, Transcript
 from blazr.tasks.whisper_decoding import DecodingOptions, WindowJob, decode_windows, initial_tokens
 from blazr.tasks.whisper_vocab import LANGUAGES, TIME_PRECISION, WhisperVocabulary
@@ -123,8 +123,6 @@ class Transcriber:
             raise InputError(
                 "this English-only model cannot translate; use a multilingual model", param="task"
             )
-        if word_timestamps:
-            raise UnsupportedError("word timestamps are not built yet")
         audio = np.asarray(audio, dtype=np.float32)
         mel = log_mel_spectrogram(audio, self.n_mels, padding=N_SAMPLES)  # (n_mels, frames + 3000)
         frames = mel.shape[-1] - N_FRAMES
@@ -147,18 +145,28 @@ class Transcriber:
         prompt_tokens = v.encode(" " + initial_prompt.strip()) if initial_prompt else []
         all_tokens, prompt_reset = list(prompt_tokens), 0
         segments: list[Segment] = []
-        seek = 0
+        seek, last_speech = 0, 0.0
         while seek < frames:
             size = min(N_FRAMES, frames - seek)
             window_mel = pad_or_trim(mel[:, seek : seek + size], N_FRAMES)  # (n_mels, 3000)
-            result = self._decode_with_fallback(
+            result, cache = self._decode_with_fallback(
                 window_mel, sot_sequence, all_tokens[prompt_reset:], temperatures, options
             )
             previous_seek = seek
             if result.no_speech_prob > NO_SPEECH_THRESHOLD and result.avg_logprob <= LOGPROB_THRESHOLD:
                 seek += size  # silence: skip the window
             else:
-                found, seek = self._segments(result, seek, size)
+                found, seek, single_ending = self._segments(result, seek, size)
+                if word_timestamps and found:
+                    last_speech = self._add_words(cache, found, sot_sequence, size, language, last_speech)
+                    ends = [w.end for s in found for w in s.words]
+                    # the next window starts after the last word, unless this one ended mid-segment
+                    if not single_ending and ends and ends[-1] > previous_seek * HOP_LENGTH / SAMPLE_RATE:
+                        seek = round(ends[-1] * SAMPLE_RATE / HOP_LENGTH)
+                for segment in found:  # openai-whisper empties zero-length and blank segments
+                    if segment.start == segment.end or not segment.text.strip():
+                        segment.text, segment.tokens, segment.words = "", [], []
+                found = [s for s in found if s.tokens]
                 for segment in found:
                     segment.id = len(segments)
                     segments.append(segment)
@@ -197,10 +205,11 @@ class Transcriber:
             silence = result.no_speech_prob > NO_SPEECH_THRESHOLD and too_unlikely
             if silence or not (too_repetitive or too_unlikely):
                 break
-        return result
+        return result, cache
 
-    def _segments(self, result, seek: int, size: int) -> tuple[list[Segment], int]:
-        """Cut a window's tokens at its timestamp pairs; returns the segments and the next seek (frames)."""
+    def _segments(self, result, seek: int, size: int) -> tuple[list[Segment], int, bool]:
+        """Cut a window's tokens at its timestamp pairs; returns the segments, the next seek (frames) and
+        whether the window ended on a lone timestamp (its last segment runs on into the next window)."""
         from blazr.audio import HOP_LENGTH, SAMPLE_RATE
 
         v, tokens = self.vocab, result.tokens
@@ -245,10 +254,41 @@ class Transcriber:
                 duration = (stamps[-1] - v.timestamp_begin) * TIME_PRECISION
             out.append(segment(offset, offset + duration, tokens))
             next_seek = seek + size
-        for s in out:  # openai-whisper empties zero-length and blank segments
-            if s.start == s.end or not s.text.strip():
-                s.text, s.tokens = "", []
-        return [s for s in out if s.tokens or s.text], next_seek
+        return out, next_seek, single_ending
+
+    def _add_words(
+        self, cache, segments: list[Segment], sot_sequence, frames: int, language: str, last_speech
+    ):
+        """Word timestamps of one window's segments (blazr.tasks.word_timing); returns the end of speech."""
+        from blazr.audio import HOP_LENGTH, SAMPLE_RATE
+        from blazr.tasks import word_timing
+
+        v, model = self.vocab, self.model
+        text = [t for s in segments for t in s.tokens if t < v.eot]
+        if not text:
+            return last_speech
+        tokens = [*sot_sequence, v.no_timestamps, *text, v.eot]
+        cache.truncate(np.arange(len(cache.lengths)), 0)
+        logits = model.decode(
+            cache, np.array([0]), [np.array(tokens)], all_logits=True, capture=True
+        )  # (T, V)
+        sampled = logits[len(sot_sequence) : len(sot_sequence) + len(text), : v.eot].astype(np.float64)
+        sampled = np.exp(sampled - sampled.max(axis=-1, keepdims=True))
+        probs = (sampled / sampled.sum(axis=-1, keepdims=True))[np.arange(len(text)), text]  # (text,)
+        a = model.args
+        heads = word_timing.alignment_heads(self.config, a.decoder_layers, a.decoder_attention_heads)
+        scale = (a.d_model // a.decoder_attention_heads) ** -0.5
+        qk = []
+        for layer, head in heads:
+            q = self.be.download(cache.captured[layer])[:, head]  # (T, Dh)
+            k = self.be.download(cache.cross_keys(layer, 0)[0])[:, head]  # (P, Dh)
+            qk.append(q @ k.T * scale)  # (T, P)
+        cache.captured.clear()
+        alignment = word_timing.find_alignment(
+            np.stack(qk), probs, v, text, frames, len(sot_sequence), language
+        )
+        offset = segments[0].seek * HOP_LENGTH / SAMPLE_RATE
+        return word_timing.assign_words(segments, alignment, v, offset, last_speech)
 
 
 def language_name(code: str) -> str:

@@ -91,6 +91,8 @@ class CrossAttention(_Projections):
         kernel (a window's beams share its blocks, and every encoder position is "before" the query);
         a step of several tokens (a prompt) must be one window's, and runs dense attention over it."""
         be, q = self.be, self.queries(x)  # (T, H, Dh)
+        if step.capture:
+            cache.captured[self.layer] = q
         if step.one_token_each:
             k_cache, v_cache = cache.cross_kv[self.layer]  # (W * rows per window, H, Dh)
             att = be.attention(
