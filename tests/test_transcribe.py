@@ -45,6 +45,21 @@ def test_segments_equal_openai_whisper(tiny, search):
         assert g.no_speech_prob == pytest.approx(w["no_speech_prob"], abs=2e-3)
 
 
+def test_recordings_batched_equal_each_alone(tiny):
+    case, transcriber = tiny
+    language = "en" if case == "multi" else None
+    audios = [tiny_whisper.random_audio(35.0, seed=1), tiny_whisper.random_audio(12.0, seed=2)]
+    # the random models' text is unlikely: every window falls back once, to sampling (best of 2)
+    options = dict(language=language, temperature=(0.0, 1.0), beam_size=2, best_of=2, suppress_blank=False)
+    alone = [transcriber.transcribe(a, **options) for a in audios]
+    runs = [transcriber.start(a, **options) for a in audios]
+    transcriber.run_batch(runs)
+    for run, want in zip(runs, alone, strict=True):
+        assert [(s.seek, s.tokens) for s in run.transcript().segments] == [
+            (s.seek, s.tokens) for s in want.segments
+        ]
+
+
 def test_language_detection_equals_openai_whisper(tiny):
     case, transcriber = tiny
     if case != "multi":

@@ -30,7 +30,7 @@ class DecodingOptions:
     suppress_blank: bool = True
     suppress: tuple[int, ...] = ()  # token ids never sampled
     sample_len: int = 224  # tokens sampled at most (half the decoder's 448 positions)
-    seed: int | None = None
+    seed: int | None = None  # sampling: each window's generator is seeded with (seed, its job's seed)
 
     @property
     def group(self) -> int:
@@ -43,6 +43,7 @@ class WindowJob:
     window: int  # the cache window holding this audio's encoder output
     prompt: list[int]  # the initial tokens
     sot_index: int  # where <|startoftranscript|> is in the prompt
+    seed: int = 0  # the window's own sampling seed: a window samples the same alone or in any batch
 
 
 @dataclass
@@ -77,7 +78,7 @@ def decode_windows(model, cache, vocab: WhisperVocabulary, jobs: list[WindowJob]
     filters = LogitFilters(
         vocab, opts.suppress, opts.suppress_blank, opts.timestamps, opts.max_initial_timestamp
     )
-    rng = np.random.default_rng(opts.seed)
+    rngs = {job.window: np.random.default_rng((opts.seed or 0, job.seed)) for job in jobs}
     firsts = np.array([job.window * n for job in jobs])
     cache.truncate(np.arange(len(cache.lengths)), 0)
     no_speech, step_logits = [], []
@@ -101,7 +102,9 @@ def decode_windows(model, cache, vocab: WhisperVocabulary, jobs: list[WindowJob]
         if opts.beam_size and opts.temperature == 0:
             live, feed = _beam_step(cache, live, logprobs, sampled, sums, finished, opts, eot)
         else:
-            live, feed = _sample_step(live, step_logits, logprobs, sampled, sums, finished, opts, eot, rng, n)
+            live, feed = _sample_step(
+                live, step_logits, logprobs, sampled, sums, finished, opts, eot, rngs, n
+            )
         if not len(live) or step == room - 1:
             break
         step_logits = model.decode(cache, live, [np.array([t]) for t in feed])
@@ -111,13 +114,15 @@ def decode_windows(model, cache, vocab: WhisperVocabulary, jobs: list[WindowJob]
     ]
 
 
-def _sample_step(live, logits, logprobs, sampled, sums, finished, opts, eot, rng, n):
+def _sample_step(live, logits, logprobs, sampled, sums, finished, opts, eot, rngs, n):
     """Greedy (temperature 0) or a sample per sequence; a sequence that picks EOT is finished."""
     if opts.temperature == 0:
         picks = np.argmax(logits, axis=-1)
     else:
         probs = np.exp(log_softmax(logits / np.float32(opts.temperature)))
-        picks = np.array([rng.choice(len(p), p=p / p.sum()) for p in probs])
+        picks = np.array(
+            [rngs[int(s) // n].choice(len(p), p=p / p.sum()) for s, p in zip(live, probs, strict=True)]
+        )
     keep, feed = [], []
     for row, (seq, token) in enumerate(zip(live, picks, strict=True)):
         seq, token = int(seq), int(token)
