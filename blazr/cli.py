@@ -11,12 +11,12 @@ import typer
 from typer.core import TyperGroup
 
 from blazr import __version__
-from blazr.commands import bench, completions, devices, embed, generate, models, repl, serve
+from blazr.commands import bench, completions, devices, embed, generate, models, repl, serve, transcribe
 from blazr.errors import BlazrError
 
 # optional module -> the feature it gives (pyproject [project.optional-dependencies]). Only features with code
-# behind them are here: a CUDA backend and speech are not built yet, so having cupy or soundfile installed
-# adds nothing to --version.
+# behind them are here: a CUDA backend is not built yet, so having cupy installed adds nothing to --version;
+# speech recognition needs no extra (soundfile and soxr are core dependencies).
 OPTIONAL_FEATURES = (("wgpu", "wgpu"), ("quart", "server"))
 
 
@@ -93,6 +93,7 @@ app.command("ps")(serve.ps)
 app.command("bench")(bench.bench)
 app.command("embed")(embed.embed)
 app.command("rerank")(embed.rerank)
+app.command("transcribe")(transcribe.transcribe)
 
 
 def main() -> None:

@@ -73,6 +73,7 @@ class ServerSettings:
     cors_origins: list[str] = field(default_factory=list)  # empty = any origin
     request_logging: bool = True
     max_body_size: int = 10 * 1024 * 1024
+    max_audio_body_size: int = 25 * 1024 * 1024  # /v1/audio/* bodies: OpenAI takes 25 MB audio files
     max_inflight_tokens: int = 0  # 0 = unlimited; prompt + max_tokens of admitted requests, else 503
     max_embedding_inputs: int = 2048  # inputs one embedding request may hold (OpenAI's limit), else 400
     reasoning_field: str = "reasoning_content"  # chat replies' reasoning key: reasoning_content | reasoning
@@ -294,6 +295,7 @@ VALIDATORS: dict[str, Callable[[Any], Any]] = {
     "server.max_loaded_models": _at_least(1),
     "server.shutdown_grace_secs": _at_least(0),
     "server.max_body_size": _at_least(1),
+    "server.max_audio_body_size": _at_least(1),
     "server.max_inflight_tokens": _at_least(0, " (0 means unlimited)"),
     "server.max_embedding_inputs": _at_least(1),
     "server.reasoning_field": _one_of("reasoning_content", "reasoning"),

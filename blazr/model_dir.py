@@ -63,17 +63,26 @@ def _check_name(name: str, directory: Path) -> None:
 
 
 def find_in_model_dir(name: str, directory: Path) -> Path | None:
-    """<dir>/<name> (a weight file or a model directory), <dir>/<name>.gguf, <dir>/<name>.safetensors, and for
-    a Hugging Face repo id <dir>/<repo basename> (where `blazr pull` puts it)."""
-    candidates = [directory / name] + [directory / (name + suffix) for suffix in WEIGHT_SUFFIXES]
+    """<dir>/<name> (a weight file or a model directory), <dir>/<name>.gguf, <dir>/<name>.safetensors,
+    whisper.cpp's <dir>/<name>.bin, and for a Hugging Face repo id <dir>/<repo basename> (where `blazr pull`
+    puts it)."""
+    candidates = [directory / name] + [directory / (name + suffix) for suffix in (*WEIGHT_SUFFIXES, ".bin")]
     if "/" in name:
         candidates.append(directory / name.rsplit("/", 1)[1])
     for candidate in candidates:
         if candidate.is_file() and candidate.name.endswith(WEIGHT_SUFFIXES):
             return candidate
+        if candidate.is_file() and candidate.suffix == ".bin" and _is_ggml_whisper(candidate):
+            return candidate
         if candidate.is_dir() and _is_model_dir(candidate):
             return candidate
     return None
+
+
+def _is_ggml_whisper(path: Path) -> bool:
+    from blazr.loaders.whisper_formats import whisper_format
+
+    return whisper_format(path) == "ggml"
 
 
 def _is_model_dir(path: Path) -> bool:

@@ -467,8 +467,8 @@ def test_run_with_prompt_answers_once(smollm2_models):
 
 
 def test_version_lists_only_features_that_work(monkeypatch):
-    """Installed packages alone add nothing: cupy and soundfile have no code behind them yet, and wgpu counts
-    only when an adapter is found."""
+    """Installed packages alone add nothing: cupy has no code behind it yet, and wgpu counts only when an
+    adapter is found."""
     import importlib.util
 
     import blazr.cli as cli

@@ -38,3 +38,16 @@ def test_word_timestamps_equal_openai_whisper(transcriber):
         for word, (_, start, end, probability) in zip(segment.words, want["words"], strict=True):
             assert (word.start, word.end) == pytest.approx((start, end), abs=0.021), word
             assert word.probability == pytest.approx(probability, abs=0.02), word
+
+
+def test_int8_weights_give_the_same_text():
+    """dtype "q8" (Q8_0 weights, int8 activations: faster-whisper's int8) keeps the transcript."""
+    from blazr.tasks.transcribe import Transcriber
+    from tests.conftest import fetch_registry_model
+
+    ref = json.loads(GOLDEN.read_text())
+    silence = np.zeros(16000, dtype=np.float32)
+    audio = np.concatenate([p for i in range(ref["clips"]) for p in (speech_set.load(i), silence)])
+    q8 = Transcriber.load(fetch_registry_model("whisper-tiny.en"), dtype="q8")
+    got = q8.transcribe(audio, temperature=0.0, beam_size=None)
+    assert [s.text for s in got.segments] == [s["text"] for s in ref["segments"]]

@@ -70,6 +70,11 @@ def serve(
     cors_origin: _opt(
         "--cors-origin", "Allowed CORS origin (repeatable; default: any)", list[str] | None
     ) = None,
+    asr_model: _opt(
+        "--asr-model",
+        "NAME=PATH: a Whisper model (HF, CTranslate2 or ggml) for /v1/audio/transcriptions (repeatable)",
+        list[str] | None,
+    ) = None,
     device: o.Device = None,
     dtype: o.DType = None,
     num_ctx: o.NumCtx = None,
@@ -79,6 +84,7 @@ def serve(
 ) -> None:
     """Serve OpenAI, Anthropic and Ollama compatible HTTP APIs (see docs/server.md)."""
     params = locals()
+    asr_models = parse_asr_models(asr_model or [])
     settings = o.settings_from_params(params)
     flags = {
         key: (params[name] if params[name] != [] else None, flag)
@@ -88,7 +94,27 @@ def serve(
     keys = collect_api_keys(api_key or [], settings)
     check_tls(settings)
     path = o.model_path(model, settings, model_dir)
-    run_server(settings, str(path), o.resolve_model_dir(settings, model_dir), keys)
+    run_server(settings, str(path), o.resolve_model_dir(settings, model_dir), keys, asr_models)
+
+
+def parse_asr_models(values: list[str]) -> dict[str, Path]:
+    """--asr-model NAME=PATH values -> {NAME: PATH}; a malformed value, a repeated NAME or a missing PATH is
+    a flag error before anything loads (the model itself loads on its first request)."""
+    models: dict[str, Path] = {}
+    for value in values:
+        name, sep, raw = value.partition("=")
+        name, raw = name.strip(), raw.strip()
+        if not sep or not name or not raw:
+            raise ConfigError(
+                f"--asr-model {value!r}: use NAME=PATH, e.g. whisper-1=~/models/whisper-tiny.en"
+            )
+        if name in models:
+            raise ConfigError(f"--asr-model: the name {name!r} is given twice")
+        path = Path(raw).expanduser()
+        if not path.exists():
+            raise ConfigError(f"--asr-model {name}={raw}: no such file or directory")
+        models[name] = path.resolve()
+    return models
 
 
 def collect_api_keys(flag_keys: list[str], settings: Settings) -> list[str]:
@@ -133,12 +159,18 @@ def _configure_logging() -> None:
     )
 
 
-def run_server(settings: Settings, model: str, model_dir: Path, api_keys: list[str]) -> None:
+def run_server(
+    settings: Settings,
+    model: str,
+    model_dir: Path,
+    api_keys: list[str],
+    asr_models: dict[str, Path] | None = None,
+) -> None:
     """Build the app and serve it until SIGTERM/SIGINT (see serve_app)."""
     from blazr.server.app import create_app
 
     _configure_logging()
-    app = create_app(settings, model=model, model_dir=model_dir, api_keys=api_keys)
+    app = create_app(settings, model=model, model_dir=model_dir, api_keys=api_keys, asr_models=asr_models)
     server = settings.server
     cors = (
         ("any origin" if not server.cors_origins else ", ".join(server.cors_origins))

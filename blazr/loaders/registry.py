@@ -158,6 +158,7 @@ CATALOG: dict[str, RegistryModel] = {
 }
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
+DEFAULT_ASR_MODEL = "whisper-tiny.en"  # `blazr transcribe` and the server's "whisper-1" without --asr-model
 ALIASES = {
     "smollm2": DEFAULT_MODEL,
     "smollm2:135m": DEFAULT_MODEL,

@@ -63,6 +63,24 @@ def read_whisper_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str,
     raise UnsupportedError(f"{path}: holds neither a CTranslate2 model.bin nor .safetensors weights")
 
 
+def whisper_format(path: str | Path) -> str | None:
+    """ "ggml", "ctranslate2" or "safetensors" when `path` holds Whisper in a layout blazr reads, judged from
+    headers and config.json without reading weights; else None (another kind of model, or nothing)."""
+    path = Path(path)
+    try:
+        if path.is_file():
+            with open(path, "rb") as f:
+                if f.read(4) == GGML_MAGIC:
+                    return "ggml"
+            return "ctranslate2" if path.name == "model.bin" else None
+        if (path / "model.bin").is_file():
+            return "ctranslate2"
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return "safetensors" if isinstance(config, dict) and config.get("model_type") == "whisper" else None
+
+
 # --- Hugging Face directory ------------------------------------------------------------------------------
 
 

@@ -58,6 +58,36 @@ class ModelArgs(BaseModelArgs):
             raise UnsupportedError("Whisper with scale_embedding=true is not supported")
 
 
+def _packs(name: str, w: Any) -> bool:
+    return (
+        name.endswith(("proj.weight", "fc1.weight", "fc2.weight", "embed_tokens.weight"))
+        and w.shape[1] % 32 == 0
+    )
+
+
+class PackedTensor:
+    """A float matrix quantized at load, in the form the weight uploader keeps packed."""
+
+    quantized = True
+
+    def __init__(self, blocks: np.ndarray, fmt: str, shape: tuple[int, int]):
+        self.blocks, self.dtype, self.shape = blocks, fmt, shape
+
+    def load_blocks(self) -> np.ndarray:
+        return self.blocks
+
+    def release(self) -> None:
+        """Nothing mapped to let go of (the loader's hook for file-backed tensors)."""
+
+
+def _packed(w: Any, fmt: str) -> PackedTensor:
+    import gguf
+
+    dense = np.asarray(w, dtype=np.float32)  # (N, K)
+    blocks = gguf.quants.quantize(dense, gguf.GGMLQuantizationType[fmt])  # (N, row bytes) uint8
+    return PackedTensor(blocks, fmt, dense.shape)
+
+
 class Conv1d(Module):
     OPS = ("conv1d",)
 
@@ -211,8 +241,13 @@ class Model(Module):
                 weights[name[: -len("weight")] + "bias"] = np.zeros(self.args.d_model, dtype=np.float32)
         return weights
 
-    def load_weights(self, weights: dict[str, Any], source=None) -> None:
+    def load_weights(self, weights: dict[str, Any], source=None, quantize: str | None = None) -> None:
+        """Strict load. quantize "Q8_0": every matrix (projections, MLPs, the token embedding that is also
+        the output head) packed to Q8_0 blocks at load, for the backend's int8 kernels (faster-whisper's
+        int8 compute type); the conv stem, norms, biases and position tables stay float."""
         check_weights(weights, self.weight_shapes(), source)
+        if quantize is not None:
+            weights = {name: _packed(w, quantize) if _packs(name, w) else w for name, w in weights.items()}
         self.load(weights.__getitem__, weight_uploader(self.be, self.dtype))
 
     # ---- running -----------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from quart import Quart, Response, g, request
+from quart import Quart, Request, Response, g, request
 from werkzeug.exceptions import HTTPException
 
 from blazr.config import Settings
@@ -20,11 +20,12 @@ from blazr.errors import BlazrError
 from blazr.server.errors import ApiError, api_error_from_blazr, error_response, family_for_path
 from blazr.server.metrics import Metrics
 from blazr.server.openapi import AUTH_FREE_PATHS
-from blazr.server.state import ModelManager, ServerState, load_for_serving
+from blazr.server.state import ModelManager, ServerState, current_state, load_for_serving
 
 access_log = logging.getLogger("blazr.server.access")
 log = logging.getLogger("blazr.server")
 REAP_INTERVAL_SECS = 5.0  # how often idle models past their keep_alive are unloaded
+AUDIO_PREFIX = "/v1/audio/"  # routes that take audio files (server.max_audio_body_size)
 CORS_HEADERS = (
     "Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta, OpenAI-Organization"
 )
@@ -37,19 +38,24 @@ def create_app(
     model_dir: Path | None = None,
     api_keys: list[str] | None = None,
     loader: Any = load_for_serving,
+    asr_models: dict[str, Path] | None = None,
 ) -> Quart:
     """A server app. `model` (else settings.default_model) is served when a request names none; other
-    names load from `model_dir` on first use. `loader(path, settings) -> LLM` loads a model."""
+    names load from `model_dir` on first use. `loader(path, settings) -> LLM` loads a model. `asr_models`
+    (name -> Whisper model path, `serve --asr-model`) serve the /v1/audio routes under those names."""
     from blazr.model_dir import model_dir as default_model_dir
     from blazr.server.routes import ALL_BLUEPRINTS
 
     app = Quart("blazr.server")
     metrics = Metrics()
     directory = Path(model_dir) if model_dir is not None else default_model_dir(settings=settings)
-    manager = ModelManager(settings, directory, model or settings.default_model, metrics, loader)
+    manager = ModelManager(
+        settings, directory, model or settings.default_model, metrics, loader, asr_models=asr_models
+    )
     state = ServerState(settings, manager, metrics, [k for k in (api_keys or []) if k])
     app.extensions["blazr"] = state
     app.config["MAX_CONTENT_LENGTH"] = settings.server.max_body_size
+    app.request_class = _request_class(settings.server)
     app.config["RESPONSE_TIMEOUT"] = settings.server.request_timeout_secs
     app.config["JSON_SORT_KEYS"] = False
     for blueprint in ALL_BLUEPRINTS:
@@ -75,9 +81,9 @@ def _install_hooks(app: Quart, state: ServerState) -> None:
             )
         if state.api_keys and request.path not in AUTH_FREE_PATHS:
             check_api_key(state.api_keys)
-        length = request.content_length
-        if length is not None and length > server.max_body_size:
-            raise ApiError(413, f"the request body has {length} bytes; the limit is {server.max_body_size}")
+        length, limit = request.content_length, body_limit(request.path, server)
+        if length is not None and length > limit:
+            raise ApiError(413, f"the request body has {length} bytes; the limit is {limit}")
         return None
 
     @app.after_request
@@ -99,6 +105,25 @@ def _install_hooks(app: Quart, state: ServerState) -> None:
                 elapsed * 1000,
             )
         return response
+
+
+def body_limit(path: str, server) -> int:
+    """Largest request body for `path`: audio uploads get their own (larger) limit, as OpenAI takes 25 MB
+    files while a JSON body of that size is a mistake."""
+    return server.max_audio_body_size if path.startswith(AUDIO_PREFIX) else server.max_body_size
+
+
+def _request_class(server) -> type[Request]:
+    """Requests whose body limit follows their path (body_limit). Quart enforces the limit while the body
+    arrives, chunked or not, with the value the request was made with, so it is chosen here, not in a view."""
+
+    class BlazrRequest(Request):
+        def __init__(self, method: str, scheme: str, path: str, *args: Any, **kwargs: Any) -> None:
+            limit = kwargs["max_content_length"] = body_limit(path, server)
+            super().__init__(method, scheme, path, *args, **kwargs)
+            self.max_content_length = limit  # the form parser reads this one, not the body's
+
+    return BlazrRequest
 
 
 def check_api_key(keys: list[str]) -> None:
@@ -169,7 +194,7 @@ def _http_error(error: HTTPException) -> ApiError:
     if status == 405:
         return ApiError(405, f"method {request.method} is not allowed on {request.path}")
     if status == 413:
-        limit = request.max_content_length
+        limit = body_limit(request.path, current_state().settings.server)
         return ApiError(413, f"the request body is larger than the limit of {limit} bytes")
     if status == 400:
         return ApiError(400, f"malformed request: {error.description}")

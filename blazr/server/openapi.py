@@ -75,6 +75,8 @@ class RouteDoc:
     summary: str | None = None
     query: dict[str, dict] = field(default_factory=dict)  # query parameter name -> JSON Schema
     status: int = 200  # the success status
+    request_type: str = "application/json"  # the request body's content type (multipart/form-data: uploads)
+    other_types: tuple[str, ...] = ()  # more 200 content types, each a string (text, subtitles)
 
 
 def documented(
@@ -85,12 +87,17 @@ def documented(
     summary: str | None = None,
     query: dict[str, dict] | None = None,
     status: int = 200,
+    request_type: str = "application/json",
+    other_types: tuple[str, ...] = (),
 ):
     """Declare a view's request/response JSON Schemas for /openapi.json. Apply it to the view function,
     above or below the blueprint's route decorator."""
 
     def mark(view):
-        setattr(view, DOC_ATTR, RouteDoc(request, response, stream, summary, dict(query or {}), status))
+        doc = RouteDoc(
+            request, response, stream, summary, dict(query or {}), status, request_type, other_types
+        )
+        setattr(view, DOC_ATTR, doc)
         return view
 
     return mark
@@ -147,7 +154,7 @@ def _operation(rule, view, method: str, params: list[str]) -> dict[str, Any]:
     if doc.request is not None and method in ("POST", "PUT", "PATCH", "DELETE"):
         operation["requestBody"] = {
             "required": True,
-            "content": {"application/json": {"schema": doc.request}},
+            "content": {doc.request_type: {"schema": doc.request}},
         }
     if rule.rule in AUTH_FREE_PATHS:
         operation["security"] = []
@@ -158,6 +165,8 @@ def _responses(path: str, doc: RouteDoc) -> dict[str, Any]:
     content: dict[str, Any] = {}
     if doc.response is not None:
         content["application/json"] = {"schema": doc.response}
+    for content_type in doc.other_types:
+        content[content_type] = {"schema": {"type": "string"}}
     if doc.stream is not None:
         stream_schema = SSE_EVENT_SCHEMA if doc.stream == "text/event-stream" else {"type": "string"}
         content[doc.stream] = {"schema": stream_schema}

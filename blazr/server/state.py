@@ -23,6 +23,7 @@ from blazr.server.metrics import Metrics
 
 log = logging.getLogger("blazr.server")
 RETRY_AFTER_LOADING = "5"  # seconds a client should wait while a model loads
+OPENAI_ASR_ALIAS = "whisper-1"  # the model OpenAI clients send for transcriptions: the default ASR model
 
 
 @dataclass
@@ -30,8 +31,8 @@ class LoadedModel:
     """A model in memory with its engine thread. `active` counts requests using it (never evicted then)."""
 
     name: str
-    llm: Any  # blazr.api.LLM, or blazr.tasks.embed.Embedder for an encoder
-    engine: Any  # AsyncEngine, or an EmbedWorker for an encoder
+    llm: Any  # blazr.api.LLM, blazr.tasks.embed.Embedder (encoder) or blazr.tasks.transcribe.Transcriber
+    engine: Any  # AsyncEngine, an EmbedWorker for an encoder, a TranscribeWorker for a Whisper model
     path: Path
     loaded_at: float
     expires_at: float | None
@@ -43,7 +44,8 @@ class LoadedModel:
 
     @property
     def task(self) -> str:
-        """ "generate" (a causal LM), "embed" (a sentence embedder) or "rerank" (a cross-encoder)."""
+        """ "generate" (a causal LM), "embed" (a sentence embedder), "rerank" (a cross-encoder) or "transcribe"
+        (Whisper)."""
         return self.llm.task
 
     @property
@@ -57,13 +59,17 @@ class LoadedModel:
     def require(self, *tasks: str, route: str) -> None:
         """400 unless the model does one of `tasks`: an embedding model asked to chat, and so on."""
         if self.task not in tasks:
-            kind = {"generate": "a text generation", "embed": "an embedding", "rerank": "a reranker"}[
-                self.task
-            ]
+            kind = {
+                "generate": "a text generation",
+                "embed": "an embedding",
+                "rerank": "a reranker",
+                "transcribe": "a speech recognition",
+            }[self.task]
             serves = {
                 "generate": "chat, completions and embeddings",
                 "embed": "/v1/embeddings, /api/embed and /v1/rerank",
                 "rerank": "/v1/rerank",
+                "transcribe": "/v1/audio/transcriptions and /v1/audio/translations",
             }[self.task]
             raise ApiError(
                 400, f"model '{self.name}' is {kind} model: it serves {serves}, not {route}", param="model"
@@ -116,8 +122,13 @@ def load_for_serving(path: Path, settings: Settings) -> Any:
     """Load a model with the server's settings, in a worker thread (warm_up then runs on the engine thread)."""
     from blazr.api import LLM
     from blazr.loaders import load_checkpoint
+    from blazr.loaders.whisper_formats import whisper_format
     from blazr.models import model_task
 
+    if whisper_format(path) is not None:
+        from blazr.tasks.transcribe import Transcriber
+
+        return Transcriber.load(path, device=settings.device)
     checkpoint = load_checkpoint(path)
     task = settings.inference.task  # "rerank": a causal LM served as a yes/no reranker
     if task or model_task(checkpoint.config, checkpoint.gguf_metadata, checkpoint.directory) != "generate":
@@ -141,6 +152,8 @@ def warm_up(llm: Any) -> None:
     page faults) before the first request. Run on the engine's own thread: numba's OpenMP pool serves later
     steps ~20% slower when its parallel regions were first opened from another thread (measured on SmolLM2
     Q4_1 decode)."""
+    if llm.task == "transcribe":
+        return  # one window is seconds on a large Whisper; loading it already read and checked each weight
     if llm.task == "embed":
         llm.embed(["Hello"])
     elif llm.task == "rerank":
@@ -150,9 +163,14 @@ def warm_up(llm: Any) -> None:
 
 
 def start_runner(llm: Any) -> Any:
-    """The thread that runs a loaded model's work: the engine's step loop, or an encoder's EmbedWorker."""
+    """The thread that runs a loaded model's work: the engine's step loop, an encoder's EmbedWorker or a
+    Whisper model's TranscribeWorker."""
     if llm.task == "generate":
         return AsyncEngine(llm.engine)
+    if llm.task == "transcribe":
+        from blazr.server.transcribe_worker import TranscribeWorker
+
+        return TranscribeWorker(llm)
     from blazr.server.embed_worker import EmbedWorker
 
     return EmbedWorker(llm)
@@ -168,6 +186,7 @@ class ModelManager:
         default_model: str | None,
         metrics: Metrics,
         loader: Any = load_for_serving,
+        asr_models: dict[str, Path] | None = None,
     ):
         self.settings = settings
         self.model_dir = Path(model_dir)
@@ -178,6 +197,12 @@ class ModelManager:
         self.loader = loader  # (path, settings) -> LLM; runs in a worker thread
         server = settings.server
         self.max_loaded = server.max_loaded_models
+        # `serve --asr-model NAME=PATH`: Whisper models served under NAME (any path the operator gave)
+        self.asr_models = {name: Path(path) for name, path in (asr_models or {}).items()}
+        if self.asr_models and settings.source_of("server.max_loaded_models") == "default":
+            # registered speech models stay loaded beside the default model unless the operator set a limit:
+            # else each chat request after a transcription would reload the LLM, and the other way round
+            self.max_loaded = max(self.max_loaded, 1 + len(self.asr_models))
         self.admission = Admission(
             server.max_concurrent_requests, server.max_queued_requests, server.max_inflight_tokens, metrics
         )
@@ -207,6 +232,10 @@ class ModelManager:
 
     def resolve(self, name: str | None) -> tuple[Path, str]:
         """(weights path, served name) for a request's model name."""
+        if name and name in self.asr_models:
+            return self.asr_models[name], name
+        if name == OPENAI_ASR_ALIAS and name not in (self.default_model, self.default_name()):
+            return self._default_asr()
         if not name or name in (self.default_model, self.default_name()):
             return self._default()
         if (
@@ -230,6 +259,25 @@ class ModelManager:
         if self.default_path is not None and path.resolve() == self.default_path.resolve():
             return self._default()
         return path, str(path.relative_to(self.model_dir))
+
+    def _default_asr(self) -> tuple[Path, str]:
+        """What OpenAI clients' "whisper-1" means here: the first --asr-model, else the catalog's Whisper when
+        `blazr pull` put it in the model directory."""
+        from blazr.loaders.registry import DEFAULT_ASR_MODEL
+
+        if self.asr_models:
+            name = next(iter(self.asr_models))
+            return self.asr_models[name], name
+        path = find_in_model_dir(DEFAULT_ASR_MODEL, self.model_dir) or self._catalog_file(DEFAULT_ASR_MODEL)
+        if path is None:
+            raise ApiError(
+                404,
+                f"model '{OPENAI_ASR_ALIAS}' not found: this server has no speech model. Start it with "
+                f"`--asr-model NAME=PATH`, or `blazr pull {DEFAULT_ASR_MODEL}` into its model directory",
+                param="model",
+                code="model_not_found",
+            )
+        return path, DEFAULT_ASR_MODEL
 
     def _catalog_file(self, name: str) -> Path | None:
         """A catalog name whose file `blazr pull` already put in the model directory (never fetched here)."""

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from blazr.errors import ConfigError
 from blazr.tasks.transcribe_run import RunOptions, TranscriptionRun
 from blazr.tasks.transcript import Transcript
 from blazr.tasks.whisper_decoding import WindowJob, decode_windows
@@ -22,16 +23,23 @@ class Transcriber:
 
     task = "transcribe"
 
-    def __init__(self, model, vocab: WhisperVocabulary, config: dict[str, Any], path: Path):
+    def __init__(self, model, vocab: WhisperVocabulary, config: dict[str, Any], path: Path, fmt: str):
+        from blazr.loaders import Checkpoint
+
         self.model, self.vocab, self.config, self.path = model, vocab, config, path
-        self.be = model.be
+        self.be = self.backend = model.be
+        # what the server's model listings read from every loaded model (format, config, files)
+        directory = path if path.is_dir() else path.parent
+        self.checkpoint = Checkpoint(path=path, format=fmt, config=config, tensors={}, directory=directory)
 
     @classmethod
-    def load(cls, model: str | Path, device: Any = "cpu") -> Transcriber:
+    def load(cls, model: str | Path, device: Any = "cpu", dtype: str | None = None) -> Transcriber:
         """A Whisper model by path (HF or CTranslate2 directory, whisper.cpp .bin) or catalog name, on
-        `device` (a name as blazr.load takes, or a backend). UnsupportedError when it is not Whisper."""
+        `device` (a name as blazr.load takes, or a backend). dtype None or "f32": float32 weights and
+        activations; "q8": matrices packed to Q8_0 at load and multiplied with int8 activations where the
+        backend does (faster-whisper's int8). UnsupportedError when it is not Whisper."""
         from blazr.backends import get_backend
-        from blazr.loaders.whisper_formats import read_whisper_checkpoint
+        from blazr.loaders.whisper_formats import read_whisper_checkpoint, whisper_format
         from blazr.model_dir import resolve_model
         from blazr.models.whisper import Model, ModelArgs
 
@@ -42,9 +50,15 @@ class Transcriber:
 
         net = Model(ModelArgs.from_dict(config), backend)
         check_supports(backend, net.required_ops())
-        net.load_weights(net.sanitize(weights), source=path)
+        if dtype not in (None, "f32", "q8"):
+            raise ConfigError(f"--dtype {dtype!r}: a Whisper model runs in f32 or q8")
+        set_int8 = getattr(backend, "set_int8_activations", None)
+        if set_int8 is not None:
+            set_int8(dtype == "q8")
+        net.load_weights(net.sanitize(weights), source=path, quantize="Q8_0" if dtype == "q8" else None)
         directory = path if path.is_dir() else None
-        return cls(net, WhisperVocabulary.from_directory(net.args.vocab_size, directory), config, path)
+        vocab = WhisperVocabulary.from_directory(net.args.vocab_size, directory)
+        return cls(net, vocab, config, path, whisper_format(path) or "safetensors")
 
     # ---- what it knows -----------------------------------------------------------------------------------
 
@@ -92,6 +106,8 @@ class Transcriber:
         on_segment)."""
         run = self.start(audio, **options)
         self.run_batch([run])
+        if run.error is not None:
+            raise run.error
         return run.transcript()
 
     def start(self, audio: np.ndarray, **options: Any) -> TranscriptionRun:
@@ -100,7 +116,8 @@ class Transcriber:
 
     def run_batch(self, runs: list[TranscriptionRun], rounds: int | None = None) -> None:
         """Advance the runs until all are done (or for `rounds` rounds). Each round decodes every unfinished
-        run's pending attempt, those with the same decoding options in one batch."""
+        run's pending attempt, those with the same decoding options in one batch. A run whose callbacks or
+        decode raise ends with run.error set; the others go on."""
         done = 0
         while any(not r.done for r in runs) and (rounds is None or done < rounds):
             groups: dict[tuple, list] = {}
@@ -117,13 +134,21 @@ class Transcriber:
     def _decode_group(self, group: list) -> None:
         """One batched decode of attempts with the same options, one cache window each."""
         options = group[0][1].options
-        cache = self.model.new_cache(len(group), options.group)
-        for window, (_, attempt) in enumerate(group):
-            self.model.encode(attempt.mel, cache, window)
-        jobs = [WindowJob(w, a.prompt, a.sot_index, a.seed) for w, (_, a) in enumerate(group)]
-        results = decode_windows(self.model, cache, self.vocab, jobs, options)
+        try:
+            cache = self.model.new_cache(len(group), options.group)
+            for window, (_, attempt) in enumerate(group):
+                self.model.encode(attempt.mel, cache, window)
+            jobs = [WindowJob(w, a.prompt, a.sot_index, a.seed) for w, (_, a) in enumerate(group)]
+            results = decode_windows(self.model, cache, self.vocab, jobs, options)
+        except Exception as error:  # the whole batch failed: each of its runs ends with the error
+            for run, _ in group:
+                run.error = error
+            return
         for window, ((run, _), result) in enumerate(zip(group, results, strict=True)):
-            run.finish(result, cache, window)
+            try:
+                run.finish(result, cache, window)
+            except Exception as error:  # a callback (the client went away) or word timing: this run only
+                run.error = error
 
 
 def language_name(code: str) -> str:

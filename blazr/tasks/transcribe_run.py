@@ -86,10 +86,11 @@ class TranscriptionRun:
         self.all_tokens, self.prompt_reset = list(prompt_tokens), 0
         self.segments: list[Segment] = []
         self.seek, self.last_speech, self.try_index = 0, 0.0, 0
+        self.error: Exception | None = None  # what ended this run early (its callbacks, a failed decode)
 
     @property
     def done(self) -> bool:
-        return self.seek >= self.frames
+        return self.error is not None or self.seek >= self.frames
 
     @property
     def size(self) -> int:

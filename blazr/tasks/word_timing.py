@@ -121,6 +121,7 @@ def find_alignment(
     weights = np.exp(weights - weights.max(axis=-1, keepdims=True))
     weights /= weights.sum(axis=-1, keepdims=True)  # softmax over positions
     mean, std = weights.mean(axis=-2, keepdims=True), weights.std(axis=-2, keepdims=True)
+    std[std == 0] = 1.0  # a position every token weighs alike (one-token texts) carries no timing
     weights = median_filter((weights - mean) / std, 7)
     matrix = weights.mean(axis=0)[sot_len:-1]  # (text tokens + 1, positions): from <|notimestamps|> on
     text_indices, time_indices = dtw(-matrix)

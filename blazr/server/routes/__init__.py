@@ -20,6 +20,7 @@ ROUTE_MODULES = [
     "rerank",
     "tei_embed",
     "tokenize",
+    "audio",
 ]
 
 ALL_BLUEPRINTS = [importlib.import_module(f"{__name__}.{name}").bp for name in ROUTE_MODULES]
