@@ -467,6 +467,23 @@ def test_conv1d(backend, rng, case, bias):
     check(backend, "conv1d", normal(rng, c_in, length), w, b, stride, pad, groups)
 
 
+@pytest.mark.parametrize("rows", [1, 5, 16, 17])
+def test_small_dense_matmuls_on_the_calling_thread(rng, rows):
+    """The CPU backend's numba_matmul_rows path (Whisper's decode steps) against the float64 reference."""
+    from blazr.backends.cpu import HAS_NUMBA, Backend
+
+    if not HAS_NUMBA:
+        pytest.skip("numba is not installed")
+    be = Backend()
+    be.numba_matmul_rows = 16
+    for k, n in ((384, 384), (64, 1536), (33, 7)):
+        x, w = normal(rng, rows, k), normal(rng, n, k)
+        # float32 sums of k unit-scale products in one order: errors grow like sqrt(k) ulps of the terms
+        np.testing.assert_allclose(
+            call(be, "matmul", x, w), reference.matmul(x, w), rtol=1e-5, atol=2e-6 * k**0.5
+        )
+
+
 @pytest.mark.parametrize("m,n", [(1, 1), (3, 7), (80, 1500), (384, 1500)])
 def test_transpose(backend, rng, m, n):
     check(backend, "transpose", normal(rng, m, n))

@@ -24,6 +24,9 @@ PACKED_FORMATS = tuple(sorted((DEQUANT_TYPES - {"F32", "F16", "BF16"}) | set(INT
 HAS_NUMBA = importlib.util.find_spec("numba") is not None
 
 
+SERIAL_MACS = 1 << 21  # a dense matmul this small may run on the calling thread (see numba_matmul_rows)
+
+
 class Backend(ArrayAPIBackend):
     """`--device cpu`: numpy arrays are the device arrays; dense matmuls go to numpy's BLAS."""
 
@@ -49,6 +52,12 @@ class Backend(ArrayAPIBackend):
         self.int8_activations = self._int8_gemm
         # set once a packed matmul has run numba's thread pool: then small dense matmuls use it too
         self._numba_pool = False
+        # dense float32 matmuls of at most this many rows and SERIAL_MACS multiply-adds run single-threaded in
+        # numba instead of OpenBLAS (0: never). A model of many small decode steps sets it (Whisper's decoder,
+        # blazr.tasks.transcribe): OpenBLAS's thread hand-off cost more than such work, and its spinning
+        # threads stalled on a busy machine (the tiny random model's 75 s greedy transcription took 4.5 s
+        # with OpenBLAS's two threads, 0.5 s with one). Larger products (the output head) keep OpenBLAS.
+        self.numba_matmul_rows = 0
         # set once a packed matmul rounds x to int8 where the int8 GEMM runs: prompts then run all their packed
         # matmuls (IQ formats too, cpu_f32_gemm), attention and SiLU products on numba's pool instead of waking
         # OpenBLAS's (blazr.backends.cpu_attention, cpu_kernels.path). It depends on the model and the dtype
@@ -94,6 +103,19 @@ class Backend(ArrayAPIBackend):
                     self._numba_prefill = module.path(x.shape[0], w.format, True) in ("int8", "int8-gemm")
                 return module.matmul(x, w, int8=self.int8_activations, blas=not self._numba_prefill)  # (T, N)
             return module.matmul(x, w)  # (T, N)
+        if (
+            x.shape[0] <= self.numba_matmul_rows
+            and x.shape[0] * np.size(w) <= SERIAL_MACS
+            and self._ops is not None
+            and isinstance(w, np.ndarray)
+            and x.dtype == w.dtype == np.float32
+            and w.ndim == 2
+            and x.shape[-1] == w.shape[1]
+        ):
+            x = np.ascontiguousarray(x)
+            out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)  # (T, N)
+            self._ops.dense_matmul_serial(x, np.asarray(w), out)
+            return out
         if (
             self._numba_pool
             and self._ops is not None

@@ -206,6 +206,12 @@ def _dense_span(x, w, out, start, stop):
             out[t, r] = acc
 
 
+@njit(cache=True, nogil=True)
+def dense_matmul_serial(x, w, out):
+    """out (T, N) = x (T, K) @ w (N, K).T on the calling thread (small products: see Backend.matmul)."""
+    _dense_span(x, w, out, 0, w.shape[0])
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def dense_matmul(x, w, out, rows_per_task):
     """out (T, N) = x (T, K) @ w (N, K).T for a few tokens, on numba's thread pool.

@@ -46,6 +46,10 @@ class Transcriber:
         path = resolve_model(str(model))
         config, weights = read_whisper_checkpoint(path)
         backend = get_backend(device) if isinstance(device, str) else device
+        if hasattr(backend, "numba_matmul_rows"):
+            # decode steps are a few rows (beams x windows); their matmuls are small but many, and
+            # OpenBLAS's thread hand-off costs more than the work (blazr.backends.cpu)
+            backend.numba_matmul_rows = 16
         from blazr.backends.base import check_supports
 
         net = Model(ModelArgs.from_dict(config), backend)

@@ -119,10 +119,10 @@ def _sample_step(live, logits, logprobs, sampled, sums, finished, opts, eot, rng
     if opts.temperature == 0:
         picks = np.argmax(logits, axis=-1)
     else:
-        probs = np.exp(log_softmax(logits / np.float32(opts.temperature)))
-        picks = np.array(
-            [rngs[int(s) // n].choice(len(p), p=p / p.sum()) for s, p in zip(live, probs, strict=True)]
-        )
+        # Gumbel-max: argmax(logits / T + Gumbel noise) is a draw from softmax(logits / T), one vector op
+        # per row; each row's noise comes from its window's generator
+        noise = np.stack([rngs[int(s) // n].gumbel(size=logits.shape[1]) for s in live]).astype(np.float32)
+        picks = np.argmax(logits / np.float32(opts.temperature) + noise, axis=-1)
     keep, feed = [], []
     for row, (seq, token) in enumerate(zip(live, picks, strict=True)):
         seq, token = int(seq), int(token)

@@ -15,10 +15,10 @@ NEG_INF = np.float32(-np.inf)
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
-    """(B, V) -> (B, V) in float64 (the sums of many -inf-free terms stay exact enough to rank)."""
-    x = logits.astype(np.float64)
-    top = np.max(x, axis=-1, keepdims=True)
-    return x - top - np.log(np.sum(np.exp(x - top), axis=-1, keepdims=True))
+    """(B, V) float32 -> (B, V) float32, as openai-whisper computes it (`logits.float()`)."""
+    x = np.asarray(logits, dtype=np.float32)
+    shifted = x - np.max(x, axis=-1, keepdims=True)
+    return shifted - np.log(np.sum(np.exp(shifted), axis=-1, keepdims=True))
 
 
 class LogitFilters:
