@@ -109,7 +109,7 @@ def pull_catalog_model(entry: registry.RegistryModel, directory: Path, quiet: bo
     print(f"pulling {entry.name} ({entry.description}) into {directory}", file=sys.stderr, flush=True)
     with _stdout_to_stderr():
         path = registry.fetch(entry, directory, quiet=False)
-    print(f"pulled {entry.name}: {path} ({format_size(path.stat().st_size)})", file=sys.stderr, flush=True)
+    print(f"pulled {entry.name}: {path} ({format_size(_size_of(path))})", file=sys.stderr, flush=True)
     return path
 
 
@@ -176,7 +176,7 @@ def list_models(directory: Path) -> list[ModelEntry]:
     for path in sorted(directory.iterdir(), key=lambda p: p.name.lower()):
         if path.name.startswith(SCRATCH_PREFIXES):
             continue
-        is_model_file = path.is_file() and path.name.endswith(WEIGHT_SUFFIXES)
+        is_model_file = path.is_file() and (path.name.endswith(WEIGHT_SUFFIXES) or _is_ggml_whisper(path))
         if is_model_file or (path.is_dir() and _is_model_dir(path)):
             entries.append(describe_model(path, directory))
     return entries
@@ -201,6 +201,9 @@ def _describe(path: Path, directory: Path, stamp: tuple) -> ModelEntry:
 
     name = str(path.relative_to(directory))
     size = _size_of(path)
+    speech = _describe_whisper(name, path, size)
+    if speech is not None:
+        return speech
     try:
         ckpt = load_checkpoint(path)
     except BlazrError as e:
@@ -253,8 +256,22 @@ def count_parameters(tensors: Iterable) -> int:
     return total
 
 
+def _describe_whisper(name: str, path: Path, size: int) -> ModelEntry | None:
+    """A Whisper model in a format only the speech path reads (CTranslate2, whisper.cpp), from its header;
+    None for anything else (SafeTensors Whisper directories go through load_checkpoint like any model)."""
+    from blazr.loaders.whisper_formats import whisper_format
+
+    fmt = whisper_format(path)
+    if fmt not in ("ctranslate2", "ggml"):
+        return None
+    return ModelEntry(name, path, fmt, "WhisperForConditionalGeneration", size)
+
+
 def _size_of(path: Path) -> int:
     """Bytes on disk, following links (a model dir may link into the Hugging Face cache)."""
     if path.is_file():
         return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and ".cache" not in p.parts)
+    # ".cache" inside the model dir is the Hugging Face download cache; the model dir itself may sit in one
+    return sum(
+        p.stat().st_size for p in path.rglob("*") if p.is_file() and ".cache" not in p.relative_to(path).parts
+    )

@@ -318,3 +318,33 @@ def test_real_whisper_tiny_en_model_bin():
     assert len(weights) == 167 and all(w.dtype == np.float16 for w in weights.values())
     assert all(np.isfinite(w).all() for w in weights.values())
     assert (directory / "tokenizer.json").is_file()
+
+
+def test_the_model_directory_lists_and_finds_whisper_in_every_format(tmp_path):
+    """`blazr list` and model names see CTranslate2 directories and loose whisper.cpp files, which hold no
+    SafeTensors or GGUF weights; SafeTensors Whisper directories list like any model."""
+    import shutil
+
+    from blazr.loaders.whisper_formats import whisper_format
+    from blazr.model_dir import find_in_model_dir, list_models
+
+    shutil.copytree(Path(__file__).parent / "golden" / "whisper" / "ct2_tiny_en", tmp_path / "ct2-tiny")
+    write_whisper_ggml(tiny_whisper.weights("en"), tiny_whisper.config("en"), tmp_path / "ggml-tiny.bin")
+    tiny_whisper.write("en", tmp_path / "hf-tiny")
+    (tmp_path / "notes.bin").write_bytes(b"not a model")
+    entries = {e.name: e for e in list_models(tmp_path)}
+    assert set(entries) == {"ct2-tiny", "ggml-tiny.bin", "hf-tiny"}
+    assert [entries[n].format for n in ("ct2-tiny", "ggml-tiny.bin", "hf-tiny")] == [
+        "ctranslate2",
+        "ggml",
+        "safetensors",
+    ]
+    assert all(e.architecture == "WhisperForConditionalGeneration" and not e.error for e in entries.values())
+    assert find_in_model_dir("ggml-tiny", tmp_path) == tmp_path / "ggml-tiny.bin"
+    assert find_in_model_dir("notes", tmp_path) is None
+    assert [whisper_format(tmp_path / n) for n in ("ct2-tiny", "ggml-tiny.bin", "hf-tiny", "notes.bin")] == [
+        "ctranslate2",
+        "ggml",
+        "safetensors",
+        None,
+    ]
