@@ -80,16 +80,13 @@ class LLM:
         max_seqs full contexts)."""
         from blazr.backends import get_backend
         from blazr.loaders import open_model
-        from blazr.models import build_model, model_task
+        from blazr.models import build_model, model_task, wrong_task
         from blazr.tokenizer import load_tokenizer
 
         checkpoint = open_model(model)
         task = model_task(checkpoint.config, checkpoint.gguf_metadata, checkpoint.directory)
         if task != "generate":
-            raise UnsupportedError(
-                f"{checkpoint.path} is an {'embedding model' if task == 'embed' else 'reranker'}, not a text "
-                "generation model: use `blazr embed` / `blazr rerank`, or blazr.load(...).embed / .rerank"
-            )
+            raise UnsupportedError(wrong_task(checkpoint.path, task, "generate"))
         backend = get_backend(device)
         net = build_model(checkpoint, backend, dtype)
         tokenizer = load_tokenizer(checkpoint)

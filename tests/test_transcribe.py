@@ -89,3 +89,16 @@ def test_bad_language_and_task_name_the_field(tiny):
         with pytest.raises(InputError) as e:
             transcriber.transcribe(audio, task="translate")
         assert e.value.param == "task"
+
+
+def test_blazr_load_gives_a_transcriber_and_other_commands_say_what_it_is(tmp_path):
+    import blazr
+    from blazr.api import LLM
+    from blazr.errors import UnsupportedError
+    from blazr.tasks.embed import Embedder
+
+    directory = tiny_whisper.write("en", tmp_path / "w")
+    assert isinstance(blazr.load(str(directory)), Transcriber)
+    for loader in (LLM.load, Embedder.load):
+        with pytest.raises(UnsupportedError, match="speech recognition model.*blazr transcribe"):
+            loader(str(directory))

@@ -147,6 +147,24 @@ def model_task(
     return "embed" if directory is not None and _has_pooling(Path(directory)) else "generate"
 
 
+# model_task -> (what such a model is, how to use it): for errors when one is asked to do another's job
+TASK_USES = {
+    "generate": ("a text generation model", "`blazr generate` / `blazr serve`, or blazr.load(...).generate"),
+    "embed": ("an embedding model", "`blazr embed`, or blazr.load(...).embed"),
+    "rerank": ("a reranker", "`blazr rerank`, or blazr.load(...).rerank"),
+    "transcribe": (
+        "a speech recognition model (Whisper)",
+        "`blazr transcribe`, or blazr.load(...).transcribe",
+    ),
+}
+
+
+def wrong_task(path: Any, task: str, wanted: str) -> str:
+    """'<path> is an embedding model, not a text generation model: use `blazr embed` ...'."""
+    what, use = TASK_USES.get(task, (f"a {task} model", "blazr.load"))
+    return f"{path} is {what}, not {TASK_USES[wanted][0]}: use {use}"
+
+
 def _has_pooling(directory: Path) -> bool:
     try:
         modules = json.loads((directory / "modules.json").read_text(encoding="utf-8"))

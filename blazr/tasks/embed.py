@@ -332,6 +332,10 @@ def _chosen_task(path: Any, own: str, asked: str | None) -> str:
     if asked not in (None, "embed", "rerank"):
         raise InputError(f"task {asked!r} must be 'embed' or 'rerank'", "task")
     if asked is None or asked == own:
+        if own == "transcribe":
+            from blazr.models import wrong_task
+
+            raise UnsupportedError(wrong_task(path, own, "embed"))
         if own not in ("embed", "rerank"):
             raise UnsupportedError(
                 f"{path} is a {own} model, not an encoder; load it with blazr.load (or with task='rerank' "
