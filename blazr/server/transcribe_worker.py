@@ -11,8 +11,6 @@ the same thread between rounds.
 from __future__ import annotations
 
 import asyncio
-import queue
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from blazr.engine.async_engine import EngineStoppedError
-from blazr.server.embed_worker import _set_exception, _set_result
+from blazr.server.model_worker import ModelWorker, set_exception, set_result
 
 
 @dataclass
@@ -32,13 +30,12 @@ class _Job:
     fn: Callable[[], Any] | None = None  # or a call
 
 
-class TranscribeWorker:
+class TranscribeWorker(ModelWorker):
+    THREAD_NAME = "blazr-transcribe"
+
     def __init__(self, transcriber: Any):
         self.transcriber = transcriber
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._stopped = False
-        self._thread = threading.Thread(target=self._run, name="blazr-transcribe", daemon=True)
-        self._thread.start()
+        super().__init__()
 
     async def transcribe(self, audio: np.ndarray, **options: Any) -> Any:
         """The Transcript of `audio` (options: blazr.tasks.transcribe_run.RunOptions); its callbacks run on
@@ -47,23 +44,8 @@ class TranscribeWorker:
             _Job(asyncio.get_running_loop(), self._future(), audio=audio, options=options)
         )
 
-    async def run(self, fn: Callable[[], Any]) -> Any:
-        """fn() on the worker thread, between rounds; its result or its error."""
-        return await self._submit(_Job(asyncio.get_running_loop(), self._future(), fn=fn))
-
-    def shutdown(self, timeout: float | None = 5.0) -> None:
-        self._stopped = True
-        self._jobs.put(None)
-        self._thread.join(timeout)
-
-    def _future(self) -> asyncio.Future:
-        if self._stopped:
-            raise EngineStoppedError("the model was unloaded")
-        return asyncio.get_running_loop().create_future()
-
-    async def _submit(self, job: _Job) -> Any:
-        self._jobs.put(job)
-        return await job.future
+    def _call_job(self, fn: Callable[[], Any]) -> _Job:
+        return _Job(asyncio.get_running_loop(), self._future(), fn=fn)
 
     # ---- worker thread -----------------------------------------------------------------------------------
 
@@ -80,7 +62,7 @@ class TranscribeWorker:
                 try:
                     active.append((self.transcriber.start(job.audio, **job.options), job))
                 except Exception as error:  # bad options, a language the model lacks: this request only
-                    job.loop.call_soon_threadsafe(_set_exception, job.future, error)
+                    job.loop.call_soon_threadsafe(set_exception, job.future, error)
             if active:
                 try:
                     self.transcriber.run_batch([run for run, _ in active], rounds=1)
@@ -90,40 +72,17 @@ class TranscribeWorker:
                 active = [(run, job) for run, job in active if not self._settle_run(run, job)]
         for _, job in active:
             job.loop.call_soon_threadsafe(
-                _set_exception, job.future, EngineStoppedError("the model was unloaded")
+                set_exception, job.future, EngineStoppedError("the model was unloaded")
             )
         self._fail_rest()
-
-    def _take(self, block: bool) -> list[_Job | None]:
-        out = [self._jobs.get()] if block else []
-        while True:
-            try:
-                out.append(self._jobs.get_nowait())
-            except queue.Empty:
-                return out
 
     @staticmethod
     def _settle_run(run: Any, job: _Job) -> bool:
         """Hand a finished (or failed) run's outcome to its request; False while it still runs."""
         if run.error is not None:
-            job.loop.call_soon_threadsafe(_set_exception, job.future, run.error)
+            job.loop.call_soon_threadsafe(set_exception, job.future, run.error)
             return True
         if run.done:
-            job.loop.call_soon_threadsafe(_set_result, job.future, run.transcript())
+            job.loop.call_soon_threadsafe(set_result, job.future, run.transcript())
             return True
         return False
-
-    @staticmethod
-    def _settle(job: _Job, fn: Callable[[], Any]) -> None:
-        try:
-            result = fn()
-        except Exception as error:
-            job.loop.call_soon_threadsafe(_set_exception, job.future, error)
-            return
-        job.loop.call_soon_threadsafe(_set_result, job.future, result)
-
-    def _fail_rest(self) -> None:
-        for job in self._take(block=False):
-            if job is not None:
-                error = EngineStoppedError("the model was unloaded before the request ran")
-                job.loop.call_soon_threadsafe(_set_exception, job.future, error)
