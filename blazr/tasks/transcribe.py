@@ -15,7 +15,7 @@ from blazr.errors import ConfigError
 from blazr.tasks.transcribe_run import RunOptions, TranscriptionRun
 from blazr.tasks.transcript import Transcript
 from blazr.tasks.whisper_decoding import WindowJob, decode_windows
-from blazr.tasks.whisper_vocab import LANGUAGES, WhisperVocabulary
+from blazr.tasks.whisper_vocab import WhisperVocabulary
 
 
 class Transcriber:
@@ -153,8 +153,3 @@ class Transcriber:
                 run.finish(result, cache, window)
             except Exception as error:  # a callback (the client went away) or word timing: this run only
                 run.error = error
-
-
-def language_name(code: str) -> str:
-    """ "en" -> "english": the name OpenAI's verbose_json reports."""
-    return dict(LANGUAGES).get(code, code)

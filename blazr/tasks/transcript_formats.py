@@ -14,7 +14,23 @@ import json
 import math
 
 from blazr.tasks.transcript import Segment, Transcript
-from blazr.tasks.whisper_vocab import LANGUAGES as WHISPER_LANGUAGES
+from blazr.tasks.whisper_vocab import language_code, language_name
+
+# language_code / language_name live with Whisper's language table; callers of the formats get them here too
+__all__ = [
+    "CONTENT_TYPES",
+    "FORMATS",
+    "SUFFIXES",
+    "json_text",
+    "language_code",
+    "language_name",
+    "render",
+    "srt",
+    "text",
+    "timestamp",
+    "verbose_json",
+    "vtt",
+]
 
 # What `format` accepts (CLI --format and the route's response_format): "txt" and "text" are the same.
 FORMATS = ("txt", "text", "srt", "vtt", "json", "verbose_json", "words")
@@ -38,37 +54,6 @@ CONTENT_TYPES = {
     "verbose_json": "application/json",
     "words": "application/jsonl",
 }
-
-# Whisper's languages (code -> the name OpenAI's verbose_json reports, "en" -> "english")
-LANGUAGES = dict(WHISPER_LANGUAGES)
-# name -> code, with openai-whisper's aliases, so `--language english` works as `--language en` does
-LANGUAGE_CODES = {name: code for code, name in LANGUAGES.items()} | {
-    "burmese": "my",
-    "valencian": "ca",
-    "flemish": "nl",
-    "haitian": "ht",
-    "letzeburgesch": "lb",
-    "pushto": "ps",
-    "panjabi": "pa",
-    "moldavian": "ro",
-    "moldovan": "ro",
-    "sinhalese": "si",
-    "castilian": "es",
-    "mandarin": "zh",
-}
-
-
-def language_code(value: str) -> str | None:
-    """An ISO code ("en") or a name ("English") -> the code; None when Whisper has no such language."""
-    key = value.strip().lower()
-    if key in LANGUAGES:
-        return key
-    return LANGUAGE_CODES.get(key)
-
-
-def language_name(code: str) -> str:
-    """ "en" -> "english", as OpenAI's verbose_json spells it; an unknown code is returned as it is."""
-    return LANGUAGES.get(code, code)
 
 
 def render(

@@ -118,7 +118,37 @@ LANGUAGES: tuple[tuple[str, str], ...] = (
     ("su", "sundanese"),
     ("yue", "cantonese"),
 )
-LANGUAGE_CODES = {name: code for code, name in LANGUAGES} | {code: code for code, _ in LANGUAGES}
+# a code, a name or one of openai-whisper's other names -> the code ("English", "mandarin" -> "en", "zh")
+LANGUAGE_CODES = (
+    {name: code for code, name in LANGUAGES}
+    | {code: code for code, _ in LANGUAGES}
+    | {
+        "burmese": "my",
+        "valencian": "ca",
+        "flemish": "nl",
+        "haitian": "ht",
+        "letzeburgesch": "lb",
+        "pushto": "ps",
+        "panjabi": "pa",
+        "moldavian": "ro",
+        "moldovan": "ro",
+        "sinhalese": "si",
+        "castilian": "es",
+        "mandarin": "zh",
+    }
+)
+
+
+def language_code(value: str) -> str | None:
+    """An ISO code ("en") or a name ("English") -> the code; None when Whisper has no such language."""
+    return LANGUAGE_CODES.get(value.strip().lower())
+
+
+def language_name(code: str) -> str:
+    """ "en" -> "english", as OpenAI's verbose_json spells it; an unknown code is returned as it is."""
+    return dict(LANGUAGES).get(code, code)
+
+
 TIME_PRECISION = 0.02  # seconds per timestamp token step
 
 
@@ -163,7 +193,7 @@ class WhisperVocabulary:
 
     def language_code(self, language: str) -> str:
         """ "en", "English" or "english" -> "en"; InputError (param "language") for one the model lacks."""
-        code = LANGUAGE_CODES.get(language.strip().lower())
+        code = language_code(language)
         if code is None or code not in self.languages:
             known = "only English" if not self.multilingual else f"{len(self.languages)} languages"
             raise InputError(f"language {language!r} is not one this model knows ({known})", param="language")
