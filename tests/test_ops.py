@@ -261,6 +261,8 @@ DENSE_ATTENTION_CASES = {
     "short_batch_gqa": (12, 4, 32, 32, "short200", False, 0),
     "short_dk_ne_dv": (4, 2, 24, 16, [(5, 5), (17, 17), (128, 128)], False, 0),
     "short_cross": (4, 2, 32, 32, [(3, 40), (1, 7), (9, 2), (0, 5), (20, 0)], False, 0),
+    # the cpu backend's BLAS path for long bidirectional sequences (every kv_len >= 512: Whisper's encoder)
+    "long_blas": (6, 3, 16, 8, [(600, 600), (1, 512), (0, 530)], False, 0),
     "short_causal": (4, 2, 32, 32, [(7, 7), (33, 33), (1, 1), (4, 20)], True, 0),
     "short_window": (4, 4, 64, 64, [(40, 40), (9, 9), (70, 70)], False, 5),
     "short_causal_window": (4, 1, 32, 32, [(33, 33), (6, 30), (5, 2)], True, 7),

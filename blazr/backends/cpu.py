@@ -245,6 +245,21 @@ class Backend(ArrayAPIBackend):
             q, k_cache, v_cache, block_tables, ctx_lens, q_lens, block_size, scale, window, softcap, alibi
         )
 
+    @staticmethod
+    def _long_bidirectional(q_lens, kv_lens, causal, window, rel_bias) -> bool:
+        """Whole-sequence attention over long, well-formed sequences: two BLAS products per head
+        (blazr.backends.cpu_long_attention) beat the tiled kernel there (Whisper's encoder)."""
+        from blazr.backends.cpu_long_attention import MIN_KEYS
+
+        return (
+            not causal
+            and window == 0
+            and rel_bias is None
+            and q_lens.shape == kv_lens.shape
+            and bool(np.all(kv_lens >= MIN_KEYS))
+            and bool(np.all(q_lens >= 0))
+        )
+
     def attention_dense(self, q, k, v, q_lens, kv_lens, scale, causal=False, window=0, rel_bias=None):
         # One parallel numba call for the whole packed batch (blazr.backends.cpu_dense_attention); it declines
         # lengths that do not fit the arrays, and numpy's version then reports them.
@@ -260,6 +275,11 @@ class Backend(ArrayAPIBackend):
             # q (Tq, H, Dk), k (Tk, Hkv, Dk), v (Tk, Hkv, Dv)
             q, k, v = (np.ascontiguousarray(a) for a in (q, k, v))
             out = np.empty((q.shape[0], q.shape[1], v.shape[2]), dtype=np.float32)  # (Tq, H, Dv)
+            if self._long_bidirectional(q_lens, kv_lens, causal, window, rel_bias):
+                from blazr.backends.cpu_long_attention import attention_long
+
+                attention_long(q, k, v, q_lens, kv_lens, scale, out)
+                return out
             lens = (np.ascontiguousarray(q_lens), np.ascontiguousarray(kv_lens))  # (B,) each
             flags = (np.float32(scale), bool(causal), int(window))
             rel = kernels.NO_REL if rel_bias is None else np.ascontiguousarray(rel_bias, dtype=np.float32)
