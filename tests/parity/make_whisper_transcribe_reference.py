@@ -23,7 +23,6 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tests import tiny_whisper  # noqa: E402
-from tests.whisper_ggml_writer import openai_name  # noqa: E402
 
 OUT = ROOT / "tests" / "golden" / "whisper"
 SECONDS = 75.0
@@ -38,31 +37,10 @@ OPTIONS = dict(
 
 
 def openai_model(case: str):
-    import whisper
-    from whisper.model import ModelDimensions
+    from tests.parity.openai_whisper_model import openai_whisper_model
 
-    cfg = tiny_whisper.config(case)
-    dims = ModelDimensions(
-        n_mels=cfg["num_mel_bins"],
-        n_audio_ctx=cfg["max_source_positions"],
-        n_audio_state=cfg["d_model"],
-        n_audio_head=cfg["encoder_attention_heads"],
-        n_audio_layer=cfg["encoder_layers"],
-        n_vocab=cfg["vocab_size"],
-        n_text_ctx=cfg["max_target_positions"],
-        n_text_state=cfg["d_model"],
-        n_text_head=cfg["decoder_attention_heads"],
-        n_text_layer=cfg["decoder_layers"],
-    )
-    model = whisper.model.Whisper(dims)
-    state = {openai_name(k): torch.from_numpy(v) for k, v in tiny_whisper.weights(case).items()}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    assert not unexpected and all(m.endswith("k.bias") is False for m in missing), (missing, unexpected)
-    heads = torch.zeros(dims.n_text_layer, dims.n_text_head, dtype=torch.bool)
-    for layer, head in tiny_whisper.ALIGNMENT_HEADS:
-        heads[layer, head] = True
-    model.register_buffer("alignment_heads", heads.to_sparse(), persistent=False)
-    return model.eval()
+    cfg, weights = tiny_whisper.config(case), tiny_whisper.weights(case)
+    return openai_whisper_model(cfg, weights, tiny_whisper.ALIGNMENT_HEADS)
 
 
 def main() -> None:

@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -25,7 +24,6 @@ sys.path.insert(0, str(ROOT))
 from blazr.loaders.whisper_formats import read_whisper_checkpoint  # noqa: E402
 from blazr.model_dir import resolve_model  # noqa: E402
 from tests import speech_set  # noqa: E402
-from tests.whisper_ggml_writer import openai_name  # noqa: E402
 
 OUT = ROOT / "tests" / "golden" / "whisper" / "words_tiny_en.json"
 CLIPS = 5
@@ -38,31 +36,9 @@ def audio() -> np.ndarray:
 
 
 def openai_model():
-    import whisper
-    from whisper.model import ModelDimensions
+    from tests.parity.openai_whisper_model import openai_whisper_model
 
-    config, weights = read_whisper_checkpoint(resolve_model("whisper-tiny.en"))
-    dims = ModelDimensions(
-        n_mels=config["num_mel_bins"],
-        n_audio_ctx=config["max_source_positions"],
-        n_audio_state=config["d_model"],
-        n_audio_head=config["encoder_attention_heads"],
-        n_audio_layer=config["encoder_layers"],
-        n_vocab=config["vocab_size"],
-        n_text_ctx=config["max_target_positions"],
-        n_text_state=config["d_model"],
-        n_text_head=config["decoder_attention_heads"],
-        n_text_layer=config["decoder_layers"],
-    )
-    model = whisper.model.Whisper(dims)
-    state = {openai_name(k): torch.from_numpy(np.asarray(v, dtype=np.float32)) for k, v in weights.items()}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    assert not unexpected and all(m.endswith(".key.bias") for m in missing), (missing, unexpected)
-    heads = torch.zeros(dims.n_text_layer, dims.n_text_head, dtype=torch.bool)
-    for layer, head in config["alignment_heads"]:
-        heads[layer, head] = True
-    model.register_buffer("alignment_heads", heads.to_sparse(), persistent=False)
-    return model.eval()
+    return openai_whisper_model(*read_whisper_checkpoint(resolve_model("whisper-tiny.en")))
 
 
 def main() -> None:
