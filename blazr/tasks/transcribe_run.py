@@ -108,7 +108,8 @@ class TranscriptionRun:
             seed=int(t * 1000),
         )
         previous = self.all_tokens[self.prompt_reset :]
-        prompt, sot_index = initial_tokens(self.vocab, self.sot_sequence, previous, timestamps=True)
+        n_ctx = self.t.model.args.max_target_positions
+        prompt, sot_index = initial_tokens(self.vocab, self.sot_sequence, previous, True, n_ctx)
         mel = pad_or_trim(self.mel[:, self.seek : self.seek + self.size], N_FRAMES)  # (n_mels, 3000)
         return Attempt(mel, prompt, sot_index, options, seed=self.seek * 8 + self.try_index)
 

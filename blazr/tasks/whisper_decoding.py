@@ -65,9 +65,12 @@ def compression_ratio(text: str) -> float:
     return len(data) / len(zlib.compress(data)) if data else 0.0
 
 
-def initial_tokens(vocab: WhisperVocabulary, sot_sequence: list[int], previous: list[int], timestamps: bool):
-    """[<|startofprev|> + the last 223 previous tokens] + sot_sequence [+ <|notimestamps|>], sot index."""
-    prompt = [vocab.sot_prev, *previous[-(448 // 2 - 1) :]] if previous else []
+def initial_tokens(
+    vocab: WhisperVocabulary, sot_sequence: list[int], previous: list[int], timestamps: bool, n_ctx: int = 448
+):
+    """[<|startofprev|> + the last n_ctx / 2 - 1 previous tokens] + sot_sequence [+ <|notimestamps|>], and the
+    index of <|startoftranscript|>."""
+    prompt = [vocab.sot_prev, *previous[-(n_ctx // 2 - 1) :]] if previous else []
     tokens = prompt + list(sot_sequence) + ([] if timestamps else [vocab.no_timestamps])
     return tokens, len(prompt)
 
@@ -95,8 +98,10 @@ def decode_windows(model, cache, vocab: WhisperVocabulary, jobs: list[WindowJob]
     sums: dict[int, float] = {int(s): 0.0 for s in seqs}
     finished: dict[int, dict[tuple[int, ...], float]] = {job.window: {} for job in jobs}
     live = seqs
-    room = min(opts.sample_len, 448 - max(len(job.prompt) for job in jobs))
-    for step in range(room):
+    # tokens each window may sample: sample_len, or fewer when its prompt leaves less of the decoder's context
+    n_ctx = model.args.max_target_positions
+    room = {job.window: min(opts.sample_len, n_ctx - len(job.prompt)) for job in jobs}
+    for _ in range(max(room.values())):
         filters.apply(step_logits, [sampled[int(s)] for s in live])
         logprobs = log_softmax(step_logits)  # (B, V)
         if opts.beam_size and opts.temperature == 0:
@@ -105,7 +110,11 @@ def decode_windows(model, cache, vocab: WhisperVocabulary, jobs: list[WindowJob]
             live, feed = _sample_step(
                 live, step_logits, logprobs, sampled, sums, finished, opts, eot, rngs, n
             )
-        if not len(live) or step == room - 1:
+        # a sequence that filled its window's room stops unfinished (openai-whisper pads it with EOT)
+        full = [len(sampled[int(s)]) >= room[int(s) // n] for s in live]
+        feed = [t for t, f in zip(feed, full, strict=True) if not f]
+        live = np.array([s for s, f in zip(live, full, strict=True) if not f], dtype=np.int64)
+        if not len(live):
             break
         step_logits = model.decode(cache, live, [np.array([t]) for t in feed])
     return [
