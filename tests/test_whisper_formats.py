@@ -348,3 +348,20 @@ def test_the_model_directory_lists_and_finds_whisper_in_every_format(tmp_path):
         "safetensors",
         None,
     ]
+
+
+def test_info_describes_whisper_files_only_the_speech_path_reads(tmp_path):
+    """`blazr info` on a CTranslate2 directory and a whisper.cpp file: format, family, sizes, tensor types."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from blazr.cli import app
+
+    shutil.copytree(Path(__file__).parent / "golden" / "whisper" / "ct2_tiny_en", tmp_path / "ct2")
+    write_whisper_ggml(tiny_whisper.weights("en"), tiny_whisper.config("en"), tmp_path / "tiny.bin", "f32")
+    for path, fmt in ((tmp_path / "ct2", "CTRANSLATE2"), (tmp_path / "tiny.bin", "GGML")):
+        result = CliRunner().invoke(app, ["info", str(path)])
+        assert result.exit_code == 0, result.output
+        assert f"format:        {fmt}" in result.output and "family:        whisper" in result.output
+        assert "decoder:       2" in result.output

@@ -34,16 +34,48 @@ CONFIG_ROWS = (
     ("context", "max_position_embeddings"),
     ("FFN dim", "intermediate_size"),
 )
+# Whisper's config names (encoder-decoder): what `info` shows for a speech model
+WHISPER_ROWS = (
+    ("width", "d_model"),
+    ("encoder", "encoder_layers"),
+    ("decoder", "decoder_layers"),
+    ("heads", "decoder_attention_heads"),
+    ("mel bins", "num_mel_bins"),
+    ("vocab", "vocab_size"),
+)
 
 
 def info(model: o.ModelArgument = None, model_dir: o.ModelDir = None) -> None:
     """Show a model's format, architecture, sizes, quantization, file size and license."""
     from blazr.loaders import load_checkpoint
+    from blazr.loaders.whisper_formats import whisper_format
 
     path = o.model_path(model, load_settings(), model_dir)
-    ckpt = load_checkpoint(path)
-    for label, value in info_rows(ckpt):
+    fmt = whisper_format(path)
+    rows = (
+        whisper_info_rows(path, fmt) if fmt in ("ctranslate2", "ggml") else info_rows(load_checkpoint(path))
+    )
+    for label, value in rows:
         print(f"{label + ':':<14} {value}")
+
+
+def whisper_info_rows(path: Path, fmt: str) -> list[tuple[str, str]]:
+    """`info` for a Whisper model in a layout only the speech path reads (CTranslate2, whisper.cpp)."""
+    from blazr.loaders.whisper_formats import read_whisper_checkpoint
+
+    config, weights = read_whisper_checkpoint(path)
+    n_params = count_parameters(weights.values())
+    types: dict[str, int] = {}
+    for w in weights.values():
+        types[str(w.dtype)] = types.get(str(w.dtype), 0) + 1
+    rows = [("model", str(path)), ("format", fmt.upper())]
+    rows += [("architecture", "WhisperForConditionalGeneration (whisper)"), ("family", "whisper")]
+    rows.append(("parameters", f"{_short_count(n_params)} ({n_params:,})"))
+    rows += [(label, str(config[key])) for label, key in WHISPER_ROWS if config.get(key) is not None]
+    rows.append(("tensors", ", ".join(f"{t} x{n}" for t, n in sorted(types.items(), key=lambda kv: -kv[1]))))
+    files = [path] if path.is_file() else [p for p in path.iterdir() if p.is_file()]
+    rows.append(("file size", format_size(sum(f.stat().st_size for f in files))))
+    return rows
 
 
 def info_rows(ckpt: Any) -> list[tuple[str, str]]:
