@@ -39,6 +39,7 @@ class Transcriber:
         activations; "q8": matrices packed to Q8_0 at load and multiplied with int8 activations where the
         backend does (faster-whisper's int8). UnsupportedError when it is not Whisper."""
         from blazr.backends import get_backend
+        from blazr.backends.base import check_supports
         from blazr.loaders.whisper_formats import read_whisper_checkpoint, whisper_format
         from blazr.model_dir import resolve_model
         from blazr.models.whisper import Model, ModelArgs
@@ -50,8 +51,6 @@ class Transcriber:
             # decode steps are a few rows (beams x windows); their matmuls are small but many, and
             # OpenBLAS's thread hand-off costs more than the work (blazr.backends.cpu)
             backend.numba_matmul_rows = 16
-        from blazr.backends.base import check_supports
-
         net = Model(ModelArgs.from_dict(config), backend)
         check_supports(backend, net.required_ops())
         if dtype not in (None, "f32", "q8"):

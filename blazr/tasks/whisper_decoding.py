@@ -10,7 +10,7 @@ them EOT). The window's result is the best finished sequence by mean log-probabi
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -56,7 +56,6 @@ class DecodingResult:
     compression_ratio: float
     sum_logprob: float = 0.0
     finished: bool = True  # False: stopped at sample_len without EOT
-    extra: dict = field(default_factory=dict)
 
 
 def compression_ratio(text: str) -> float:
