@@ -1,6 +1,6 @@
 // act: elementwise activation                                reference: tests/reference.py::act
 // bindings: x (n,) dense -> out (n,); params. Uses _activations.wgsl.
-// grid: ceil(n / WG) workgroups, folded into y past 65535. KIND picks the activation.
+// grid: ceil(n / WG) workgroups, folded into y past 65535. KIND picks the activation; slope is leaky_relu's.
 alias T = f32;
 override WG: u32 = 64;
 override KIND: u32 = 0;
@@ -9,6 +9,7 @@ struct Params {
     n: u32,
     x_off: u32,
     out_off: u32,
+    slope: f32,
 }
 
 @group(0) @binding(0) var<storage, read> x: array<T>;
@@ -20,5 +21,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: 
         @builtin(local_invocation_index) lid: u32) {
     let i = (wid.y * groups.x + wid.x) * WG + lid;
     if (i >= params.n) { return; }
-    out[params.out_off + i] = T(activation(f32(x[params.x_off + i]), KIND));
+    out[params.out_off + i] = T(activation_sloped(f32(x[params.x_off + i]), KIND, params.slope));
 }

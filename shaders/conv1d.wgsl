@@ -1,4 +1,4 @@
-// conv1d: grouped 1-d convolution with stride and zero padding   reference: tests/reference.py::conv1d
+// conv1d: grouped 1-d convolution with stride, dilation and zero padding  reference: tests/reference.py::conv1d
 // bindings: x (C_in, L), w (C_out, C_in / groups, Kw), b (C_out,) (any buffer when has_bias is 0), all dense
 // -> out (C_out, L_out); params
 // grid: (ceil(L_out / WG), C_out)
@@ -13,6 +13,7 @@ struct Params {
     kw: u32,
     stride: u32,
     pad: u32,
+    dilation: u32,
     l_out: u32,
     has_bias: u32,
     x_off: u32,
@@ -38,7 +39,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let xrow = params.x_off + (first_in + c) * params.length;
         let wrow = params.w_off + (o * params.per_group_in + c) * params.kw;
         for (var j = 0u; j < params.kw; j++) {
-            let at = i32(l * params.stride + j) - i32(params.pad);  // position in the unpadded input
+            // position in the unpadded input
+            let at = i32(l * params.stride + j * params.dilation) - i32(params.pad);
             if (at >= 0 && at < i32(params.length)) { acc += f32(x[xrow + u32(at)]) * f32(w[wrow + j]); }
         }
     }

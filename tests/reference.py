@@ -122,6 +122,24 @@ def attention_dense(q, k, v, q_lens, kv_lens, scale, causal=False, window=0, rel
     return out
 
 
+def attention_relative(q, k, v, rel_k, rel_v, scale):
+    q, k, v, rel_k, rel_v = _f64(q), _f64(k), _f64(v), _f64(rel_k), _f64(rel_v)
+    t, n_heads, _ = q.shape
+    reach = (rel_k.shape[0] - 1) // 2  # W
+    out = np.zeros(q.shape)
+    for h in range(n_heads):
+        for i in range(t):
+            scores = np.zeros(t)
+            values = v[:, h].copy()  # (T, D): each key's value, plus its relative value inside the window
+            for j in range(t):
+                scores[j] = q[i, h] @ k[j, h]
+                if abs(j - i) <= reach:
+                    scores[j] += q[i, h] @ rel_k[j - i + reach]
+                    values[j] += rel_v[j - i + reach]
+            out[i, h] = softmax(scores * scale) @ values
+    return out
+
+
 # ---- elementwise ------------------------------------------------------------------------------------
 def softmax(x):
     x = _f64(x)
@@ -129,7 +147,7 @@ def softmax(x):
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def act(x, kind):
+def act(x, kind, slope=0.01):
     x = _f64(x)
     if kind == "silu":
         return x / (1.0 + np.exp(-x))
@@ -141,6 +159,14 @@ def act(x, kind):
         return np.maximum(x, 0.0)
     if kind == "tanh":
         return np.tanh(x)
+    if kind == "sigmoid":
+        return np.exp(-np.logaddexp(0.0, -x))  # 1 / (1 + e^-x) without overflow
+    if kind == "exp":
+        return np.exp(x)
+    if kind == "softplus":
+        return np.logaddexp(0.0, x)  # log(e^0 + e^x)
+    if kind == "leaky_relu":
+        return np.where(x >= 0, x, slope * x)
     raise ValueError(kind)
 
 
@@ -191,18 +217,36 @@ def sample(logits, params):
 
 
 # ---- sequence ---------------------------------------------------------------------------------------
-def conv1d(x, w, b, stride, pad, groups):
+def conv1d(x, w, b, stride, pad, groups, dilation=1):
     x, w = _f64(x), _f64(w)
     c_in, length = x.shape
     c_out, c_per_group, kw = w.shape
     xpad = np.concatenate([np.zeros((c_in, pad)), x, np.zeros((c_in, pad))], axis=1)
-    l_out = (length + 2 * pad - kw) // stride + 1
+    l_out = (length + 2 * pad - dilation * (kw - 1) - 1) // stride + 1
     out = np.zeros((c_out, l_out))
     for o in range(c_out):
         g = o // (c_out // groups)
         inputs = xpad[g * c_per_group : (g + 1) * c_per_group]  # (C_in/g, L + 2pad)
         for t in range(l_out):
-            out[o, t] = np.sum(w[o] * inputs[:, t * stride : t * stride + kw])
+            taps = t * stride + dilation * np.arange(kw)  # (Kw,) columns of the padded input
+            out[o, t] = np.sum(w[o] * inputs[:, taps])
+    return out if b is None else out + _f64(b)[:, None]
+
+
+def conv_transpose1d(x, w, b, stride, pad, groups=1):
+    x, w = _f64(x), _f64(w)
+    c_in, length = x.shape
+    _, c_out_per_group, kw = w.shape
+    c_in_per_group = c_in // groups
+    full = np.zeros((c_out_per_group * groups, (length - 1) * stride + kw))  # before cropping `pad` each side
+    for c in range(c_in):
+        g = c // c_in_per_group
+        for t in range(length):
+            # input column t, tap j lands on full column t * stride + j
+            full[g * c_out_per_group : (g + 1) * c_out_per_group, t * stride : t * stride + kw] += (
+                x[c, t] * w[c]
+            )
+    out = full[:, pad : full.shape[1] - pad]  # (C_out, (L - 1) stride - 2 pad + Kw)
     return out if b is None else out + _f64(b)[:, None]
 
 

@@ -323,22 +323,84 @@ def test_attention_dense_long_in_query_chunks(backend, rng, monkeypatch):
     check(backend, "attention_dense", *dense_inputs(rng, 4, 2, 8, 8, [(22, 30), (9, 9)]), 8**-0.5, True, 6)
 
 
+RELATIVE_CASES = {
+    # name: (T, H, D, W, big): VITS's text encoder (D 96, W 4) and smaller heads and windows
+    "one_token": (1, 2, 96, 4, False),
+    "vits_3": (3, 2, 96, 4, False),
+    "vits_7": (7, 2, 96, 4, False),
+    "vits_40": (40, 2, 96, 4, False),
+    "vits_130": (130, 2, 96, 4, False),
+    "d16_w1_1": (1, 2, 16, 1, False),
+    "d16_w1_3": (3, 2, 16, 1, False),
+    "d16_w1_7": (7, 2, 16, 1, False),
+    "d16_w1_40": (40, 2, 16, 1, False),
+    "d16_w1_130": (130, 2, 16, 1, False),
+    "window_past_t_1": (1, 2, 16, 6, False),  # W > T: only the middle offsets of rel_k/rel_v are reachable
+    "window_past_t_3": (3, 2, 16, 6, False),
+    "window_past_t_7": (7, 2, 96, 10, False),
+    "window_past_t_40": (40, 2, 16, 50, False),
+    "big_scores": (40, 2, 16, 4, True),  # scores ~±500: exp overflows float32 unless the max goes first
+    "big_scores_d96": (130, 2, 96, 4, True),
+}
+
+
+@pytest.mark.parametrize("case", list(RELATIVE_CASES))
+def test_attention_relative(backend, rng, case):
+    t, h, d, w, big = RELATIVE_CASES[case]
+    q, k, v = normal(rng, t, h, d), normal(rng, t, h, d), normal(rng, t, h, d)
+    rel_k, rel_v = normal(rng, 2 * w + 1, d), normal(rng, 2 * w + 1, d)  # (2W + 1, D)
+    scale = d**-0.5
+    if big:  # small integers and a power-of-two scale: float32 scores are exact, so only stability is tested
+        q, k, rel_k = (np.round(a * 12.0) for a in (q, k, rel_k))
+        scale = 0.25
+    check(backend, "attention_relative", q, k, v, rel_k, rel_v, scale)
+
+
+def test_attention_relative_strided_inputs(backend, rng):
+    """q, k, v as VITS makes them: views into one fused (T, 3, H, D) projection, not contiguous arrays."""
+    t, h, d, w = 9, 2, 16, 4
+    qkv = backend.upload(normal(rng, t, 3, h, d))
+    rel_k, rel_v = normal(rng, 2 * w + 1, d), normal(rng, 2 * w + 1, d)
+    views = [qkv[:, i] for i in range(3)]
+    got = backend.download(
+        backend.attention_relative(*views, backend.upload(rel_k), backend.upload(rel_v), 0.25)
+    )
+    host = backend.download(qkv)
+    want = reference.attention_relative(host[:, 0], host[:, 1], host[:, 2], rel_k, rel_v, 0.25)
+    assert_close("attention_relative", "f32", got, want)
+
+
+def test_attention_relative_is_supported(backend):
+    assert backend.supports("attention_relative") and backend.supports("attention_relative", "f32")
+
+
 # ---- elementwise ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("shape", [(1, 1), (3, 7), (2, 33), (2, 4097)])
 def test_softmax(backend, rng, shape):
     check(backend, "softmax", normal(rng, *shape, scale=30.0))  # large logits test the max subtraction
 
 
-def wide_range(rng, n):
-    """n values spanning [-100, 100] plus the small values where activations bend."""
-    return np.concatenate([rng.uniform(-100, 100, n), rng.uniform(-4, 4, n)]).astype(np.float32)
+def wide_range(rng, n, kind=None):
+    """n values spanning [-100, 100] plus the small values where activations bend; for exp, [-80, 80]
+    (e^x leaves float32's range past 88.7)."""
+    x = np.concatenate([rng.uniform(-100, 100, n), rng.uniform(-4, 4, n)]).astype(np.float32)
+    return np.clip(x, -80, 80) if kind == "exp" else x
 
 
 @pytest.mark.filterwarnings("error")  # an overflow in exp must not happen (nor warn)
 @pytest.mark.parametrize("kind", ACTIVATIONS)
 @pytest.mark.parametrize("n", [1, 7, 33, 4097])
 def test_act(backend, rng, kind, n):
-    check(backend, "act", wide_range(rng, n).reshape(2, n), kind)
+    check(backend, "act", wide_range(rng, n, kind).reshape(2, n), kind)
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("slope", [0.1, 0.2, 0.0])
+def test_act_leaky_relu_slope(backend, rng, slope):
+    """HiFi-GAN's leaky_relu(x, 0.1): the slope keyword reaches every kernel (and only leaky_relu reads it)."""
+    x = wide_range(rng, 33).reshape(2, 33)
+    check(backend, "act", x, "leaky_relu", slope=slope)
+    check(backend, "act", x, "relu", slope=slope)
 
 
 @pytest.mark.filterwarnings("error")
@@ -353,8 +415,16 @@ def test_act_on_a_dense_grid(backend, kind):
 @pytest.mark.parametrize("kind", ACTIVATIONS)
 @pytest.mark.parametrize("t,d", [(1, 1), (7, 33), (1, 4097)])
 def test_glu(backend, rng, kind, t, d):
-    gate = wide_range(rng, t * d)[: t * d].reshape(t, d)
+    gate = wide_range(rng, t * d, kind)[: t * d].reshape(t, d)
     check(backend, "glu", gate, normal(rng, t, d), kind)
+
+
+def test_wavenet_gate(backend, rng):
+    """VITS's WaveNet layer: tanh(a) * sigmoid(b) as glu(b, act(a, "tanh"), "sigmoid"), on device."""
+    a, b = normal(rng, 7, 192, scale=3.0), normal(rng, 7, 192, scale=3.0)
+    got = backend.glu(backend.upload(b), backend.act(backend.upload(a), "tanh"), "sigmoid")
+    want = np.tanh(a.astype(np.float64)) / (1.0 + np.exp(-b.astype(np.float64)))
+    assert_close("glu", "f32", backend.download(got), want)
 
 
 @pytest.mark.filterwarnings("error")
@@ -467,6 +537,69 @@ def test_conv1d(backend, rng, case, bias):
     w = normal(rng, c_out, c_in // groups, kw)  # (C_out, C_in/g, Kw)
     b = normal(rng, c_out) if bias else None
     check(backend, "conv1d", normal(rng, c_in, length), w, b, stride, pad, groups)
+
+
+DILATED_CONV_CASES = [
+    # (C_in, L, C_out, Kw, stride, pad, groups, dilation)
+    (8, 50, 8, 3, 1, 3, 8, 3),  # depthwise, pad = dilation (VITS's DDSConv)
+    (8, 50, 8, 3, 1, 9, 8, 9),
+    (16, 61, 16, 3, 1, 1, 1, 1),  # HiFi-GAN resblock convs: "same" padding dilation * (Kw - 1) / 2
+    (16, 61, 16, 3, 1, 3, 1, 3),
+    (16, 61, 16, 3, 1, 5, 1, 5),
+    (16, 61, 16, 5, 1, 2, 1, 1),
+    (16, 61, 16, 5, 1, 6, 1, 3),
+    (16, 61, 16, 5, 1, 10, 1, 5),
+    (6, 40, 4, 3, 2, 1, 2, 4),  # strided, grouped, dilated: output shorter than the input
+    (4, 7, 2, 3, 1, 0, 1, 3),  # the taps span all 7 columns: one output column
+]
+
+
+@pytest.mark.parametrize("case", DILATED_CONV_CASES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv1d_dilated(backend, rng, case, bias):
+    c_in, length, c_out, kw, stride, pad, groups, dilation = case
+    w = normal(rng, c_out, c_in // groups, kw, scale=(c_in // groups * kw) ** -0.5)  # (C_out, C_in/g, Kw)
+    b = normal(rng, c_out) if bias else None
+    x = normal(rng, c_in, length)
+    check(backend, "conv1d", x, w, b, stride, pad, groups, dilation=dilation)
+
+
+CONV_TRANSPOSE_CASES = [
+    # (C_in, L, C_out, Kw, stride, pad, groups)
+    (512, 20, 256, 16, 8, 4, 1),  # HiFi-GAN V1's upsamplers
+    (256, 33, 128, 16, 8, 4, 1),
+    (128, 100, 64, 4, 2, 1, 1),
+    (1, 1, 1, 1, 1, 0, 1),
+    (6, 7, 4, 5, 3, 1, 2),  # grouped, overlapping taps
+    (4, 9, 6, 3, 3, 0, 2),  # Kw == stride: no overlap
+    (4, 5, 3, 2, 3, 0, 1),  # Kw < stride: gaps of zeros (plus the bias)
+    (3, 4, 3, 3, 1, 2, 3),  # depthwise, stride 1, pad past the first tap
+]
+
+
+@pytest.mark.parametrize("case", CONV_TRANSPOSE_CASES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv_transpose1d(backend, rng, case, bias):
+    c_in, length, c_out, kw, stride, pad, groups = case
+    fan_in = c_in // groups * max(1, kw // stride)  # products summed into one output value
+    w = normal(rng, c_in, c_out // groups, kw, scale=fan_in**-0.5)  # (C_in, C_out/g, Kw)
+    b = normal(rng, c_out) if bias else None
+    check(backend, "conv_transpose1d", normal(rng, c_in, length), w, b, stride, pad, groups)
+
+
+def test_reference_conv_transpose1d_is_the_adjoint_of_conv1d():
+    """The two references agree with each other as PyTorch's ops do: ConvTranspose1d is the adjoint (the
+    gradient) of Conv1d with the same weight and stride/padding, and has L_out = (L - 1) stride - 2 pad + Kw."""
+    rng = np.random.default_rng(3)
+    c_in, c_out, length, kw, stride, pad = 3, 2, 6, 4, 2, 1
+    x, w = rng.standard_normal((c_in, length)), rng.standard_normal((c_in, c_out, kw))
+    y = reference.conv_transpose1d(x, w, None, stride, pad)
+    assert y.shape == (c_out, (length - 1) * stride - 2 * pad + kw)
+    z = rng.standard_normal(y.shape)
+    # <conv_transpose(x), z> == <x, conv1d(z)> with the same weight read as (C_in, C_out, Kw)
+    adjoint = reference.conv1d(z, w, None, stride, pad, 1)
+    assert adjoint.shape == x.shape
+    assert np.isclose(np.sum(y * z), np.sum(x * adjoint))
 
 
 @pytest.mark.parametrize("rows", [1, 5, 16, 17])

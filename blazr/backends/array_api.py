@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from blazr.backends.array_api_conv import ConvOps
+from blazr.backends.array_api_relative import RelativeAttentionOps
 from blazr.backends.base import ACTIVATIONS, BINARY_OPS, OPS, ROPE_STYLES, Array, SampleParams
 from blazr.errors import ConfigError, UnsupportedError
 
@@ -22,7 +24,7 @@ _ERF_P = 0.3275911
 _ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 
 
-class ArrayAPIBackend:
+class ArrayAPIBackend(ConvOps, RelativeAttentionOps):
     """Shared numpy/CuPy implementation of the backend contract."""
 
     xp: Any = np  # the array module
@@ -314,7 +316,7 @@ class ArrayAPIBackend:
         out *= up
         return out
 
-    def act(self, x: Array, kind: str) -> Array:
+    def act(self, x: Array, kind: str, slope: float = 0.01) -> Array:
         xp = self.xp
         if kind == "silu":
             # x / (1 + exp(-x)); clamping -x at 88 keeps exp finite in f32 and changes nothing visible.
@@ -341,6 +343,20 @@ class ArrayAPIBackend:
             return xp.maximum(x, 0)
         if kind == "tanh":
             return xp.tanh(x)
+        if kind in ("sigmoid", "softplus"):
+            e = xp.exp(-xp.abs(x))  # e^-|x| in (0, 1]: never overflows
+            if kind == "softplus":  # log(1 + e^x) = max(x, 0) + log(1 + e^-|x|)
+                xp.log1p(e, out=e)
+                e += xp.maximum(x, 0.0)
+                return e
+            out = xp.where(x >= 0, 1.0, e)  # sigmoid: 1 / (1 + e^-x), or e^x / (1 + e^x) below 0
+            e += 1.0
+            out /= e
+            return out
+        if kind == "exp":
+            return xp.exp(x)
+        if kind == "leaky_relu":
+            return xp.where(x >= 0, x, x * float(slope))
         raise ConfigError(f"activation {kind!r} is unknown; use one of {ACTIVATIONS}")
 
     def _erf(self, z: Array) -> Array:
@@ -410,23 +426,7 @@ class ArrayAPIBackend:
         cand = xp.nonzero(x >= kth)[0]  # ascending ids, so the stable sort below keeps ties by id
         return cand[xp.argsort(-x[cand], kind="stable")]
 
-    # ---- sequence -----------------------------------------------------------------------------------
-    def conv1d(self, x: Array, w: Array, b: Array | None, stride: int, pad: int, groups: int) -> Array:
-        xp = self.xp
-        c_in, length = x.shape
-        c_out, c_per_group, kw = w.shape
-        l_out = (length + 2 * pad - kw) // stride + 1
-        xpad = xp.pad(x, ((0, 0), (pad, pad))).reshape(groups, c_in // groups, -1)  # (g, C_in/g, L + 2pad)
-        wg = w.reshape(groups, c_out // groups, c_per_group, kw)  # (g, C_out/g, C_in/g, Kw)
-        out = xp.zeros((groups, c_out // groups, l_out), dtype=x.dtype)  # (g, C_out/g, L_out)
-        # One batched matmul per tap: tap j reads input columns j, j + stride, ...
-        for j in range(kw):
-            out += xp.matmul(wg[..., j], xpad[:, :, j : j + stride * (l_out - 1) + 1 : stride])
-        out = out.reshape(c_out, l_out)
-        if b is not None:
-            out += b[:, None]
-        return out
-
+    # ---- sequence (conv1d, conv_transpose1d: array_api_conv.ConvOps) ---------------------------------
     def transpose(self, x: Array) -> Array:
         return self.xp.ascontiguousarray(x.T)  # (N, M)
 

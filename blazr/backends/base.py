@@ -34,6 +34,7 @@ OPS: tuple[str, ...] = (
     "kv_write",
     "attention",
     "attention_dense",
+    "attention_relative",
     # elementwise
     "softmax",
     "glu",
@@ -44,13 +45,16 @@ OPS: tuple[str, ...] = (
     "sample",
     # sequence
     "conv1d",
+    "conv_transpose1d",
     "ssm_scan",
     # layout
     "transpose",
 )
 
-# act(x, kind) and glu(gate, up, kind); tanh is for logit soft-capping (softcap * tanh(x / softcap))
-ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu", "tanh")
+# act(x, kind, slope) and glu(gate, up, kind); tanh is for logit soft-capping (softcap * tanh(x / softcap)),
+# sigmoid/exp/softplus/leaky_relu for TTS vocoders (VITS, HiFi-GAN). New kinds go at the end: kernels number
+# them by their index here.
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu", "tanh", "sigmoid", "exp", "softplus", "leaky_relu")
 BINARY_OPS = ("add", "sub", "mul", "div")  # binary(op, a, b), numpy broadcasting
 ROPE_STYLES = ("neox", "interleaved")  # neox: rotate halves (HF); interleaved: adjacent pairs (GPT-J)
 DTYPES = ("f32", "f16", "bf16")  # activation / dense-weight dtypes a backend may support
@@ -175,15 +179,29 @@ class Backend(Protocol):
         before the softmax. Returns (Tq, H, Dv).
         """
 
+    def attention_relative(
+        self, q: Array, k: Array, v: Array, rel_k: Array, rel_v: Array, scale: float
+    ) -> Array:
+        """Self-attention of one sequence with relative position keys and values shared by the heads (Shaw
+        et al.; VITS's text encoder). q, k, v (T, H, D); rel_k, rel_v (2W + 1, D) for offsets -W..W.
+        Query i and key j score scale * (q_i . k_j + q_i . rel_k[j - i + W]), the relative term only when
+        |j - i| <= W; every key is visible; out_i = sum_j p_ij * (v_j + rel_v[j - i + W] if |j - i| <= W).
+        Returns (T, H, D)."""
+
     # ---- elementwise --------------------------------------------------------------------------------
     def softmax(self, x: Array) -> Array:
         """Softmax over the last axis."""
 
     def glu(self, gate: Array, up: Array, kind: str) -> Array:
-        """act(gate) * up, elementwise, kind in ACTIVATIONS."""
+        """act(gate, kind) * up, elementwise, kind in ACTIVATIONS (leaky_relu with the default slope). VITS's
+        WaveNet gate tanh(a) * sigmoid(b) is glu(b, act(a, "tanh"), "sigmoid")."""
 
-    def act(self, x: Array, kind: str) -> Array:
-        """Elementwise activation, kind in ACTIVATIONS."""
+    def act(self, x: Array, kind: str, slope: float = 0.01) -> Array:
+        """Elementwise activation, kind in ACTIVATIONS:
+        silu x sigmoid(x); gelu x Phi(x) (erf); gelu_tanh 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)));
+        relu max(x, 0); tanh; sigmoid 1 / (1 + e^-x); exp e^x (inf past float32's range, x > ~88.7);
+        softplus log(1 + e^x), computed without overflow; leaky_relu x if x >= 0 else slope * x. Only
+        leaky_relu reads `slope` (HiFi-GAN uses 0.1)."""
 
     def binary(self, op: str, a: Array, b: Array) -> Array:
         """Elementwise op in BINARY_OPS with numpy broadcasting of b to a's shape."""
@@ -199,8 +217,21 @@ class Backend(Protocol):
         the cumulative probability (tokens in descending order, ties by lower id) first exceeds uniform."""
 
     # ---- sequence -----------------------------------------------------------------------------------
-    def conv1d(self, x: Array, w: Array, b: Array | None, stride: int, pad: int, groups: int) -> Array:
-        """x (C_in, L), w (C_out, C_in // groups, Kw), b (C_out,) or None -> (C_out, L_out)."""
+    def conv1d(
+        self, x: Array, w: Array, b: Array | None, stride: int, pad: int, groups: int, dilation: int = 1
+    ) -> Array:
+        """x (C_in, L), w (C_out, C_in // groups, Kw), b (C_out,) or None -> (C_out, L_out), as PyTorch's
+        Conv1d: zero padding `pad` on both sides, output column t reads input column
+        t * stride + j * dilation - pad at tap j, and L_out = (L + 2 pad - dilation (Kw - 1) - 1) // stride + 1.
+        Output channel o reads the input channels of its group o // (C_out // groups)."""
+
+    def conv_transpose1d(
+        self, x: Array, w: Array, b: Array | None, stride: int, pad: int, groups: int = 1
+    ) -> Array:
+        """x (C_in, L), w (C_in, C_out // groups, Kw) (PyTorch's ConvTranspose1d layout), b (C_out,) or None
+        -> (C_out, L_out), L_out = (L - 1) stride - 2 pad + Kw (no output padding, no dilation): input column
+        t adds w[c, o, j] x[c, t] to output column t * stride + j - pad (those outside [0, L_out) dropped).
+        Input channel c feeds the output channels of its group c // (C_in // groups). HiFi-GAN's upsampler."""
 
     def ssm_scan(
         self, x: Array, dt: Array, A: Array, B: Array, C: Array, D: Array, state: Array

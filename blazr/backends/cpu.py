@@ -180,11 +180,11 @@ class Backend(ArrayAPIBackend):
         self._ops.layer_norm(x, w, _NO_BIAS if b is None else b, float(eps), out)
         return out
 
-    def act(self, x: Array, kind: str) -> Array:
+    def act(self, x: Array, kind: str, slope: float = 0.01) -> Array:
         if self._ops is None or kind not in ACTIVATIONS or x.dtype != np.float32 or x.ndim != 2:
-            return super().act(x, kind)
+            return super().act(x, kind, slope)
         out = np.empty(x.shape, dtype=np.float32)  # (T, F)
-        self._ops.act(x, ACTIVATIONS.index(kind), out)
+        self._ops.act(x, ACTIVATIONS.index(kind), np.float32(slope), out)
         return out
 
     def glu(self, gate: Array, up: Array, kind: str) -> Array:

@@ -102,7 +102,8 @@ def _silu_mul_row(g_row, u_row, o_row):
 
 
 # act / glu kinds other than the SiLU product, numbered as blazr.backends.base.ACTIVATIONS
-GELU, GELU_TANH, RELU, TANH = 1, 2, 3, 4
+GELU, GELU_TANH, RELU, TANH, SIGMOID, EXP, SOFTPLUS, LEAKY_RELU = 1, 2, 3, 4, 5, 6, 7, 8
+GLU_SLOPE = np.float32(0.01)  # glu's leaky_relu slope (the contract's default)
 
 
 # Activations in float32 arithmetic that vectorises (blazr.backends.cpu_math): GELU through libm's erf took 12 ns
@@ -134,8 +135,16 @@ def _silu(g):
 
 
 @njit(inline="always")
-def _act_row(x_row, kind, o_row):
-    """o_row (F,) = act(x_row (F,)): one vectorised loop per kind (the kind is tested once, outside it)."""
+def _sigmoid(x):
+    """1 / (1 + e^-x) from e^-|x| <= 1: e^x / (1 + e^x) below 0, so that nothing overflows."""
+    e = exp_neg(-abs(x))
+    return (e if x < np.float32(0.0) else np.float32(1.0)) / (np.float32(1.0) + e)
+
+
+@njit(inline="always")
+def _act_row(x_row, kind, slope, o_row):
+    """o_row (F,) = act(x_row (F,)): one vectorised loop per kind (the kind is tested once, outside it);
+    slope: leaky_relu's negative slope (float32)."""
     n = x_row.size
     if kind == GELU:
         for i in range(n):
@@ -149,26 +158,40 @@ def _act_row(x_row, kind, o_row):
     elif kind == TANH:
         for i in range(n):
             o_row[i] = tanh(x_row[i])
+    elif kind == SIGMOID:
+        for i in range(n):
+            o_row[i] = _sigmoid(x_row[i])
+    elif kind == EXP:  # libm's expf: exact to an ulp over the whole range, inf past it
+        for i in range(n):
+            o_row[i] = math.exp(x_row[i])
+    elif kind == SOFTPLUS:  # log(1 + e^x) = max(x, 0) + log1p(e^-|x|)
+        for i in range(n):
+            v = x_row[i]
+            o_row[i] = max(v, np.float32(0.0)) + math.log1p(exp_neg(-abs(v)))
+    elif kind == LEAKY_RELU:
+        for i in range(n):
+            v = x_row[i]
+            o_row[i] = v if v >= np.float32(0.0) else slope * v
     else:  # SiLU
         for i in range(n):
             o_row[i] = _silu(x_row[i])
 
 
 @njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
-def act(x, kind, out):
-    """out (T, F) = act(x (T, F)): GELU, GELU-tanh, ReLU, tanh or SiLU by `kind`. Serial: encoders call it
-    between OpenBLAS sgemms, whose spinning threads a numba parallel region would fight. error_model="numpy":
+def act(x, kind, slope, out):
+    """out (T, F) = act(x (T, F)) of the ACTIVATIONS kind `kind` (slope: leaky_relu's). Serial: encoders call
+    it between OpenBLAS sgemms, whose spinning threads a numba parallel region would fight. error_model="numpy":
     with numba's default (python) every division checks for zero, and the check keeps the loop scalar
     (measured 3 ns a GELU against 0.2 ns vectorised)."""
     for t in range(x.shape[0]):
-        _act_row(x[t], kind, out[t])
+        _act_row(x[t], kind, slope, out[t])
 
 
 @njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
 def glu(gate, up, kind, out):
     """out (T, F) = act(gate) * up: GeGLU (Gemma's GELU-tanh) and the other gated kinds but SiLU's."""
     for t in range(gate.shape[0]):
-        _act_row(gate[t], kind, out[t])
+        _act_row(gate[t], kind, GLU_SLOPE, out[t])
         for i in range(gate.shape[1]):
             out[t, i] *= up[t, i]
 

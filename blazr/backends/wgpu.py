@@ -389,12 +389,13 @@ class Backend(SelectionSequenceOps, PackedOps, FusionOps):
             )
         return out.reshape(gate.shape)
 
-    def act(self, x: Array, kind: str) -> Array:
+    def act(self, x: Array, kind: str, slope: float = 0.01) -> Array:
         kind_id = _activation_id(kind)
         x = self.contiguous(x)
         out = self.empty(x.shape, x.dtype)
         if out.size:
-            self._run("act", {"x": x, "out": out}, {"n": x.size}, grid_1d(_groups(x.size)), KIND=kind_id)
+            params = {"n": x.size, "slope": slope}
+            self._run("act", {"x": x, "out": out}, params, grid_1d(_groups(x.size)), KIND=kind_id)
         return out
 
     def binary(self, op: str, a: Array, b: Array) -> Array:

@@ -1,4 +1,5 @@
-"""The wgpu backend's selection and sequence ops (topk, sample, conv1d, ssm_scan), as a mixin of Backend.
+"""The wgpu backend's selection and sequence ops (topk, sample, conv1d, conv_transpose1d, transpose, ssm_scan),
+and attention_relative (VITS's text encoder), as a mixin of Backend.
 
 Sampling: greedy rows are an argmax on the GPU and only the ids come back. Other rows take their top
 candidates (topk.wgsl) and the row's max and softmax denominator (sample.wgsl row_stats) on the GPU; the
@@ -12,8 +13,10 @@ import numpy as np
 
 from blazr.backends.array_api import _pick
 from blazr.backends.base import Array, SampleParams
+from blazr.errors import UnsupportedError
 
 _CANDIDATES = 64  # candidates per row when top_k does not bound them (the numpy backend's first prefix)
+_MAX_RELATIVE_DIM = 256  # attention_relative.wgsl keeps one query in workgroup memory (MAX_D)
 
 
 class SelectionSequenceOps:
@@ -74,27 +77,61 @@ class SelectionSequenceOps:
         logits = self.download(row).astype(np.float32) / np.float32(params.temperature[b])
         return NumpyBackend()._sample_row(logits, *knobs)
 
+    # ---- attention ----------------------------------------------------------------------------------
+    def attention_relative(
+        self, q: Array, k: Array, v: Array, rel_k: Array, rel_v: Array, scale: float
+    ) -> Array:
+        t, h, d = q.shape
+        if d > _MAX_RELATIVE_DIM:
+            raise UnsupportedError(
+                f"device {self.name}: attention_relative takes head dims <= {_MAX_RELATIVE_DIM}, not {d}"
+            )
+        q, k, v = (a if a.rows_contiguous else self.contiguous(a) for a in (q, k, v))
+        k, v = (a if a.dtype == q.dtype else self.contiguous(a, q.dtype) for a in (k, v))
+        rel_k, rel_v = self.contiguous(rel_k, q.dtype), self.contiguous(rel_v, q.dtype)  # (2W + 1, D)
+        out = self.empty((t, h, d), q.dtype)  # (T, H, D)
+        if out.size:
+            grid_y = min(t, 65535)  # past 65535 rows the grid folds into z
+            arrays = {"q": q, "k": k, "v": v, "rel_k": rel_k, "rel_v": rel_v, "out": out}
+            params = {"q_stride": q.row_stride, "k_stride": k.row_stride, "v_stride": v.row_stride}
+            params |= {"rows": t, "heads": h, "dim": d, "window": (rel_k.shape[0] - 1) // 2}
+            params |= {"grid_y": grid_y, "scale": scale}
+            self._run("attention_relative", arrays, params, (h, grid_y, -(-t // grid_y)))
+        return out
+
     # ---- sequence -----------------------------------------------------------------------------------
-    def conv1d(self, x: Array, w: Array, b: Array | None, stride: int, pad: int, groups: int) -> Array:
+    def conv1d(
+        self, x: Array, w: Array, b: Array | None, stride: int, pad: int, groups: int, dilation: int = 1
+    ) -> Array:
         x, w = self.contiguous(x), self.contiguous(w, x.dtype)
         c_in, length = x.shape
         c_out, per_group_in, kw = w.shape
-        l_out = (length + 2 * pad - kw) // stride + 1
+        l_out = (length + 2 * pad - dilation * (kw - 1) - 1) // stride + 1
         out = self.empty((c_out, l_out), x.dtype)  # (C_out, L_out)
         if out.size:
             bias = w if b is None else self.contiguous(b, x.dtype)  # any buffer fills the unused binding
             params = {"length": length, "c_out": c_out, "per_group_in": per_group_in}
-            params |= {
-                "per_group_out": c_out // groups,
-                "kw": kw,
-                "stride": stride,
-                "pad": pad,
-                "l_out": l_out,
-            }
+            params |= {"per_group_out": c_out // groups, "kw": kw, "stride": stride, "pad": pad}
+            params |= {"dilation": dilation, "l_out": l_out, "has_bias": int(b is not None)}
             arrays = {"x": x, "w": w, "b": bias, "out": out}
-            self._run(
-                "conv1d", arrays, params | {"has_bias": int(b is not None)}, (-(-l_out // 64), c_out, 1)
-            )
+            self._run("conv1d", arrays, params, (-(-l_out // 64), c_out, 1))
+        return out
+
+    def conv_transpose1d(
+        self, x: Array, w: Array, b: Array | None, stride: int, pad: int, groups: int = 1
+    ) -> Array:
+        x, w = self.contiguous(x), self.contiguous(w, x.dtype)
+        c_in, length = x.shape
+        _, per_group_out, kw = w.shape  # (C_in, C_out/g, Kw)
+        c_out = per_group_out * groups
+        l_out = (length - 1) * stride - 2 * pad + kw
+        out = self.empty((c_out, l_out), x.dtype)  # (C_out, L_out)
+        if out.size:
+            bias = w if b is None else self.contiguous(b, x.dtype)  # any buffer fills the unused binding
+            params = {"length": length, "per_group_in": c_in // groups, "per_group_out": per_group_out}
+            params |= {"kw": kw, "stride": stride, "pad": pad, "l_out": l_out, "has_bias": int(b is not None)}
+            arrays = {"x": x, "w": w, "b": bias, "out": out}
+            self._run("conv_transpose1d", arrays, params, (-(-l_out // 64), c_out, 1))
         return out
 
     def transpose(self, x: Array) -> Array:
