@@ -217,7 +217,11 @@ def sample(logits, params):
 
 
 # ---- sequence ---------------------------------------------------------------------------------------
-def conv1d(x, w, b, stride, pad, groups, dilation=1):
+def conv1d(x, w, b, stride, pad, groups, dilation=1, pre_act=None, slope=0.01, residual=None):
+    if pre_act is not None:
+        return conv1d(act(x, pre_act, slope), w, b, stride, pad, groups, dilation, residual=residual)
+    if residual is not None:
+        return conv1d(x, w, b, stride, pad, groups, dilation) + _f64(residual)
     x, w = _f64(x), _f64(w)
     c_in, length = x.shape
     c_out, c_per_group, kw = w.shape

@@ -564,6 +564,21 @@ def test_conv1d_dilated(backend, rng, case, bias):
     check(backend, "conv1d", x, w, b, stride, pad, groups, dilation=dilation)
 
 
+@pytest.mark.parametrize("pre_act", [None, "leaky_relu", "sigmoid"])
+@pytest.mark.parametrize(
+    "case", [(16, 50, 16, 5, 1, 6, 1, 3), (8, 40, 12, 3, 2, 1, 1, 1), (8, 30, 8, 3, 1, 1, 8, 1)]
+)
+def test_conv1d_fused_pre_act_and_residual(backend, rng, case, pre_act):
+    """act(x) -> conv -> + residual in one call; sigmoid checks that the zero padding is not activated."""
+    c_in, length, c_out, kw, stride, pad, groups, dilation = case
+    w = normal(rng, c_out, c_in // groups, kw, scale=(c_in // groups * kw) ** -0.5)  # (C_out, C_in/g, Kw)
+    x, b = normal(rng, c_in, length), normal(rng, c_out)
+    l_out = (length + 2 * pad - dilation * (kw - 1) - 1) // stride + 1
+    residual = normal(rng, c_out, l_out)
+    kw_args = {"dilation": dilation, "pre_act": pre_act, "slope": 0.1, "residual": residual}
+    check(backend, "conv1d", x, w, b, stride, pad, groups, **kw_args)
+
+
 CONV_TRANSPOSE_CASES = [
     # (C_in, L, C_out, Kw, stride, pad, groups)
     (512, 20, 256, 16, 8, 4, 1),  # HiFi-GAN V1's upsamplers

@@ -37,6 +37,11 @@ F16_CASES = {
     "glu": lambda r: (normal(r, 7, 33), normal(r, 7, 33), "silu"),
     "binary": lambda r: ("mul", normal(r, 7, 33), normal(r, 33)),
     "embed": lambda r: (normal(r, 33, 7), np.array([0, 32, 5, 5], dtype=np.int32)),
+    "attention_relative": lambda r: (
+        *(normal(r, 40, 2, 96) for _ in range(3)),
+        *(normal(r, 9, 96) for _ in range(2)),
+        96**-0.5,
+    ),  # VITS's text encoder: (T, H, D) q/k/v, W 4
 }
 
 

@@ -218,12 +218,25 @@ class Backend(Protocol):
 
     # ---- sequence -----------------------------------------------------------------------------------
     def conv1d(
-        self, x: Array, w: Array, b: Array | None, stride: int, pad: int, groups: int, dilation: int = 1
+        self,
+        x: Array,
+        w: Array,
+        b: Array | None,
+        stride: int,
+        pad: int,
+        groups: int,
+        dilation: int = 1,
+        pre_act: str | None = None,
+        slope: float = 0.01,
+        residual: Array | None = None,
     ) -> Array:
         """x (C_in, L), w (C_out, C_in // groups, Kw), b (C_out,) or None -> (C_out, L_out), as PyTorch's
         Conv1d: zero padding `pad` on both sides, output column t reads input column
         t * stride + j * dilation - pad at tap j, and L_out = (L + 2 pad - dilation (Kw - 1) - 1) // stride + 1.
-        Output channel o reads the input channels of its group o // (C_out // groups)."""
+        Output channel o reads the input channels of its group o // (C_out // groups).
+        Fusions (HiFi-GAN's act -> conv -> add steps, so the activated input and the sum are never stored
+        apart): pre_act (a kind of ACTIVATIONS, slope as for act) is applied to x before it is padded and
+        convolved; residual (C_out, L_out) is added to the output."""
 
     def conv_transpose1d(
         self, x: Array, w: Array, b: Array | None, stride: int, pad: int, groups: int = 1

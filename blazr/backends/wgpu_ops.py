@@ -101,7 +101,25 @@ class SelectionSequenceOps:
 
     # ---- sequence -----------------------------------------------------------------------------------
     def conv1d(
-        self, x: Array, w: Array, b: Array | None, stride: int, pad: int, groups: int, dilation: int = 1
+        self,
+        x: Array,
+        w: Array,
+        b: Array | None,
+        stride: int,
+        pad: int,
+        groups: int,
+        dilation: int = 1,
+        pre_act: str | None = None,
+        slope: float = 0.01,
+        residual: Array | None = None,
+    ) -> Array:
+        if pre_act is not None:  # (unfused here: one more pass over x; the shader reads what act wrote)
+            x = self.act(x, pre_act, slope=slope)
+        out = self._conv1d(x, w, b, stride, pad, groups, dilation)
+        return out if residual is None else self.binary("add", out, residual)
+
+    def _conv1d(
+        self, x: Array, w: Array, b: Array | None, stride: int, pad: int, groups: int, dilation: int
     ) -> Array:
         x, w = self.contiguous(x), self.contiguous(w, x.dtype)
         c_in, length = x.shape
