@@ -86,7 +86,13 @@ def _is_ggml_whisper(path: Path) -> bool:
 
 
 def _is_model_dir(path: Path) -> bool:
-    return any((path / m).is_file() for m in MARKER_FILES) or any(path.glob("*.gguf"))
+    return any((path / m).is_file() for m in MARKER_FILES) or any(path.glob("*.gguf")) or _is_piper(path)
+
+
+def _is_piper(path: Path) -> bool:
+    from blazr.loaders.piper import is_piper_voice
+
+    return is_piper_voice(path)
 
 
 def _not_found_message(name: str, directory: Path, entry: registry.RegistryModel | None) -> str:
@@ -204,6 +210,8 @@ def _describe(path: Path, directory: Path, stamp: tuple) -> ModelEntry:
     speech = _describe_whisper(name, path, size)
     if speech is not None:
         return speech
+    if path.is_dir() and _is_piper(path):
+        return ModelEntry(name, path, "piper", "VitsModel", size)
     try:
         ckpt = load_checkpoint(path)
     except BlazrError as e:

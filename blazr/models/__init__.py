@@ -97,6 +97,8 @@ FAMILIES: tuple[Family, ...] = (
     ),
     # speech recognition (blazr.tasks.transcribe); CTranslate2 and whisper.cpp files are read into this layout
     Family("whisper", ("WhisperForConditionalGeneration",), ("whisper",), ()),
+    # speech synthesis (blazr.tasks.speak); Piper's ONNX voices are read into this layout (blazr.loaders.piper)
+    Family("vits", ("VitsModel",), ("vits",), ()),
 )
 
 ARCHITECTURES = {name: f.module for f in FAMILIES for name in f.architectures}
@@ -156,6 +158,7 @@ TASK_USES = {
         "a speech recognition model (Whisper)",
         "`blazr transcribe`, or blazr.load(...).transcribe",
     ),
+    "speak": ("a text-to-speech voice (VITS / Piper)", "`blazr speak`, or blazr.load(...).synthesize"),
 }
 
 
