@@ -74,6 +74,7 @@ class ServerSettings:
     request_logging: bool = True
     max_body_size: int = 10 * 1024 * 1024
     max_audio_body_size: int = 25 * 1024 * 1024  # /v1/audio/* bodies: OpenAI takes 25 MB audio files
+    max_speech_input_chars: int = 4096  # /v1/audio/speech `input` (OpenAI's limit), else 400
     max_inflight_tokens: int = 0  # 0 = unlimited; prompt + max_tokens of admitted requests, else 503
     max_embedding_inputs: int = 2048  # inputs one embedding request may hold (OpenAI's limit), else 400
     reasoning_field: str = "reasoning_content"  # chat replies' reasoning key: reasoning_content | reasoning
@@ -296,6 +297,7 @@ VALIDATORS: dict[str, Callable[[Any], Any]] = {
     "server.shutdown_grace_secs": _at_least(0),
     "server.max_body_size": _at_least(1),
     "server.max_audio_body_size": _at_least(1),
+    "server.max_speech_input_chars": _at_least(1),
     "server.max_inflight_tokens": _at_least(0, " (0 means unlimited)"),
     "server.max_embedding_inputs": _at_least(1),
     "server.reasoning_field": _one_of("reasoning_content", "reasoning"),

@@ -75,6 +75,11 @@ def serve(
         "NAME=PATH: a Whisper model (HF, CTranslate2 or ggml) for /v1/audio/transcriptions (repeatable)",
         list[str] | None,
     ) = None,
+    tts_model: _opt(
+        "--tts-model",
+        "NAME=PATH: a Piper voice (its directory, .onnx or catalog name) for /v1/audio/speech (repeatable)",
+        list[str] | None,
+    ) = None,
     device: o.Device = None,
     dtype: o.DType = None,
     num_ctx: o.NumCtx = None,
@@ -85,6 +90,7 @@ def serve(
     """Serve OpenAI, Anthropic and Ollama compatible HTTP APIs (see docs/server.md)."""
     params = locals()
     asr_models = parse_asr_models(asr_model or [])
+    tts_models = parse_tts_models(tts_model or [])
     settings = o.settings_from_params(params)
     flags = {
         key: (params[name] if params[name] != [] else None, flag)
@@ -94,10 +100,14 @@ def serve(
     keys = collect_api_keys(api_key or [], settings)
     check_tls(settings)
     path = o.model_path(model, settings, model_dir)
-    run_server(settings, str(path), o.resolve_model_dir(settings, model_dir), keys, asr_models)
+    model_dir_path = o.resolve_model_dir(settings, model_dir)
+    tts_models = {name: _catalog_voice(p, model_dir_path) for name, p in tts_models.items()}
+    run_server(settings, str(path), model_dir_path, keys, asr_models, tts_models)
 
 
-def parse_asr_models(values: list[str]) -> dict[str, Path]:
+def parse_asr_models(
+    values: list[str], flag: str = "--asr-model", example: str = "whisper-1=~/models/whisper-tiny.en"
+) -> dict[str, Path]:
     """--asr-model NAME=PATH values -> {NAME: PATH}; a malformed value, a repeated NAME or a missing PATH is
     a flag error before anything loads (the model itself loads on its first request)."""
     models: dict[str, Path] = {}
@@ -105,16 +115,39 @@ def parse_asr_models(values: list[str]) -> dict[str, Path]:
         name, sep, raw = value.partition("=")
         name, raw = name.strip(), raw.strip()
         if not sep or not name or not raw:
-            raise ConfigError(
-                f"--asr-model {value!r}: use NAME=PATH, e.g. whisper-1=~/models/whisper-tiny.en"
-            )
+            raise ConfigError(f"{flag} {value!r}: use NAME=PATH, e.g. {example}")
         if name in models:
-            raise ConfigError(f"--asr-model: the name {name!r} is given twice")
+            raise ConfigError(f"{flag}: the name {name!r} is given twice")
         path = Path(raw).expanduser()
         if not path.exists():
-            raise ConfigError(f"--asr-model {name}={raw}: no such file or directory")
+            if flag == "--tts-model" and _is_catalog_name(raw):
+                models[name] = Path(raw)  # fetched by _catalog_voice once the model directory is known
+                continue
+            raise ConfigError(f"{flag} {name}={raw}: no such file or directory")
         models[name] = path.resolve()
     return models
+
+
+def parse_tts_models(values: list[str]) -> dict[str, Path]:
+    """--tts-model NAME=PATH values -> {NAME: PATH}: PATH a Piper voice's directory or .onnx, or a catalog
+    voice's name (e.g. piper-joe)."""
+    return parse_asr_models(values, "--tts-model", "tts-1=~/models/piper-joe")
+
+
+def _is_catalog_name(raw: str) -> bool:
+    from blazr.loaders import registry
+
+    return registry.lookup(raw) is not None
+
+
+def _catalog_voice(path: Path, model_dir: Path) -> Path:
+    """A --tts-model catalog name -> its directory in the model directory, fetched now (as `blazr pull`
+    would), so no request waits on a download; a path is left as given."""
+    if path.is_absolute():
+        return path
+    from blazr.model_dir import resolve_model
+
+    return resolve_model(str(path), pull=True, directory=model_dir).resolve()
 
 
 def collect_api_keys(flag_keys: list[str], settings: Settings) -> list[str]:
@@ -165,12 +198,20 @@ def run_server(
     model_dir: Path,
     api_keys: list[str],
     asr_models: dict[str, Path] | None = None,
+    tts_models: dict[str, Path] | None = None,
 ) -> None:
     """Build the app and serve it until SIGTERM/SIGINT (see serve_app)."""
     from blazr.server.app import create_app
 
     _configure_logging()
-    app = create_app(settings, model=model, model_dir=model_dir, api_keys=api_keys, asr_models=asr_models)
+    app = create_app(
+        settings,
+        model=model,
+        model_dir=model_dir,
+        api_keys=api_keys,
+        asr_models=asr_models,
+        tts_models=tts_models,
+    )
     server = settings.server
     cors = (
         ("any origin" if not server.cors_origins else ", ".join(server.cors_origins))

@@ -26,6 +26,7 @@ access_log = logging.getLogger("blazr.server.access")
 log = logging.getLogger("blazr.server")
 REAP_INTERVAL_SECS = 5.0  # how often idle models past their keep_alive are unloaded
 AUDIO_PREFIX = "/v1/audio/"  # routes that take audio files (server.max_audio_body_size)
+JSON_AUDIO_PATHS = ("/v1/audio/speech",)  # audio routes whose body is JSON: the general limit
 CORS_HEADERS = (
     "Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta, OpenAI-Organization"
 )
@@ -39,10 +40,12 @@ def create_app(
     api_keys: list[str] | None = None,
     loader: Any = load_for_serving,
     asr_models: dict[str, Path] | None = None,
+    tts_models: dict[str, Path] | None = None,
 ) -> Quart:
     """A server app. `model` (else settings.default_model) is served when a request names none; other
     names load from `model_dir` on first use. `loader(path, settings) -> LLM` loads a model. `asr_models`
-    (name -> Whisper model path, `serve --asr-model`) serve the /v1/audio routes under those names."""
+    (name -> Whisper model path, `serve --asr-model`) serve the /v1/audio transcription routes under those
+    names, `tts_models` (name -> voice path, `serve --tts-model`) /v1/audio/speech."""
     from blazr.model_dir import model_dir as default_model_dir
     from blazr.server.routes import ALL_BLUEPRINTS
 
@@ -50,7 +53,13 @@ def create_app(
     metrics = Metrics()
     directory = Path(model_dir) if model_dir is not None else default_model_dir(settings=settings)
     manager = ModelManager(
-        settings, directory, model or settings.default_model, metrics, loader, asr_models=asr_models
+        settings,
+        directory,
+        model or settings.default_model,
+        metrics,
+        loader,
+        asr_models=asr_models,
+        tts_models=tts_models,
     )
     state = ServerState(settings, manager, metrics, [k for k in (api_keys or []) if k])
     app.extensions["blazr"] = state
@@ -110,7 +119,8 @@ def _install_hooks(app: Quart, state: ServerState) -> None:
 def body_limit(path: str, server) -> int:
     """Largest request body for `path`: audio uploads get their own (larger) limit, as OpenAI takes 25 MB
     files while a JSON body of that size is a mistake."""
-    return server.max_audio_body_size if path.startswith(AUDIO_PREFIX) else server.max_body_size
+    audio = path.startswith(AUDIO_PREFIX) and path not in JSON_AUDIO_PATHS
+    return server.max_audio_body_size if audio else server.max_body_size
 
 
 def _request_class(server) -> type[Request]:

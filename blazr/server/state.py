@@ -24,6 +24,7 @@ from blazr.server.metrics import Metrics
 log = logging.getLogger("blazr.server")
 RETRY_AFTER_LOADING = "5"  # seconds a client should wait while a model loads
 OPENAI_ASR_ALIAS = "whisper-1"  # the model OpenAI clients send for transcriptions: the default ASR model
+OPENAI_TTS_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # what they send for speech: the default voice
 
 
 @dataclass
@@ -31,8 +32,8 @@ class LoadedModel:
     """A model in memory with its engine thread. `active` counts requests using it (never evicted then)."""
 
     name: str
-    llm: Any  # blazr.api.LLM, blazr.tasks.embed.Embedder (encoder) or blazr.tasks.transcribe.Transcriber
-    engine: Any  # AsyncEngine, an EmbedWorker for an encoder, a TranscribeWorker for a Whisper model
+    llm: Any  # blazr.api.LLM, an Embedder (encoder), a Transcriber (Whisper) or a Synthesizer (a voice)
+    engine: Any  # AsyncEngine, an EmbedWorker, a TranscribeWorker or a SpeakWorker
     path: Path
     loaded_at: float
     expires_at: float | None
@@ -44,8 +45,8 @@ class LoadedModel:
 
     @property
     def task(self) -> str:
-        """ "generate" (a causal LM), "embed" (a sentence embedder), "rerank" (a cross-encoder) or "transcribe"
-        (Whisper)."""
+        """ "generate" (a causal LM), "embed" (a sentence embedder), "rerank" (a cross-encoder), "transcribe"
+        (Whisper) or "speak" (a text-to-speech voice)."""
         return self.llm.task
 
     @property
@@ -64,12 +65,14 @@ class LoadedModel:
                 "embed": "an embedding",
                 "rerank": "a reranker",
                 "transcribe": "a speech recognition",
+                "speak": "a text-to-speech",
             }[self.task]
             serves = {
                 "generate": "chat, completions and embeddings",
                 "embed": "/v1/embeddings, /api/embed and /v1/rerank",
                 "rerank": "/v1/rerank",
                 "transcribe": "/v1/audio/transcriptions and /v1/audio/translations",
+                "speak": "/v1/audio/speech and /v1/audio/voices",
             }[self.task]
             raise ApiError(
                 400, f"model '{self.name}' is {kind} model: it serves {serves}, not {route}", param="model"
@@ -124,11 +127,16 @@ def load_for_serving(path: Path, settings: Settings) -> Any:
     from blazr.loaders import load_checkpoint
     from blazr.loaders.whisper_formats import whisper_format
     from blazr.models import model_task
+    from blazr.tasks.speak import is_voice
 
     if whisper_format(path) is not None:
         from blazr.tasks.transcribe import Transcriber
 
         return Transcriber.load(path, device=settings.device)
+    if is_voice(path):
+        from blazr.tasks.speak import Synthesizer
+
+        return Synthesizer.load(path, device=settings.device)
     checkpoint = load_checkpoint(path)
     task = settings.inference.task  # "rerank": a causal LM served as a yes/no reranker
     if task or model_task(checkpoint.config, checkpoint.gguf_metadata, checkpoint.directory) != "generate":
@@ -152,7 +160,7 @@ def warm_up(llm: Any) -> None:
     page faults) before the first request. Run on the engine's own thread: numba's OpenMP pool serves later
     steps ~20% slower when its parallel regions were first opened from another thread (measured on SmolLM2
     Q4_1 decode)."""
-    if llm.task == "transcribe":
+    if llm.task in ("transcribe", "speak"):
         return  # one window is seconds on a large Whisper; loading it already read and checked each weight
     if llm.task == "embed":
         llm.embed(["Hello"])
@@ -163,10 +171,14 @@ def warm_up(llm: Any) -> None:
 
 
 def start_runner(llm: Any) -> Any:
-    """The thread that runs a loaded model's work: the engine's step loop, an encoder's EmbedWorker or a
-    Whisper model's TranscribeWorker."""
+    """The thread that runs a loaded model's work: the engine's step loop, an encoder's EmbedWorker, a
+    Whisper model's TranscribeWorker or a voice's SpeakWorker."""
     if llm.task == "generate":
         return AsyncEngine(llm.engine)
+    if llm.task == "speak":
+        from blazr.server.speak_worker import SpeakWorker
+
+        return SpeakWorker(llm)
     if llm.task == "transcribe":
         from blazr.server.transcribe_worker import TranscribeWorker
 
@@ -187,6 +199,7 @@ class ModelManager:
         metrics: Metrics,
         loader: Any = load_for_serving,
         asr_models: dict[str, Path] | None = None,
+        tts_models: dict[str, Path] | None = None,
     ):
         self.settings = settings
         self.model_dir = Path(model_dir)
@@ -197,12 +210,14 @@ class ModelManager:
         self.loader = loader  # (path, settings) -> LLM; runs in a worker thread
         server = settings.server
         self.max_loaded = server.max_loaded_models
-        # `serve --asr-model NAME=PATH`: Whisper models served under NAME (any path the operator gave)
+        # `serve --asr-model/--tts-model NAME=PATH`: Whisper models and voices served under NAME (any path)
         self.asr_models = {name: Path(path) for name, path in (asr_models or {}).items()}
-        if self.asr_models and settings.source_of("server.max_loaded_models") == "default":
+        self.tts_models = {name: Path(path) for name, path in (tts_models or {}).items()}
+        speech = len(self.asr_models) + len(self.tts_models)
+        if speech and settings.source_of("server.max_loaded_models") == "default":
             # registered speech models stay loaded beside the default model unless the operator set a limit:
             # else each chat request after a transcription would reload the LLM, and the other way round
-            self.max_loaded = max(self.max_loaded, 1 + len(self.asr_models))
+            self.max_loaded = max(self.max_loaded, 1 + speech)
         self.admission = Admission(
             server.max_concurrent_requests, server.max_queued_requests, server.max_inflight_tokens, metrics
         )
@@ -232,10 +247,14 @@ class ModelManager:
 
     def resolve(self, name: str | None) -> tuple[Path, str]:
         """(weights path, served name) for a request's model name."""
-        if name and name in self.asr_models:
-            return self.asr_models[name], name
-        if name == OPENAI_ASR_ALIAS and name not in (self.default_model, self.default_name()):
-            return self._default_asr()
+        for registered in (self.asr_models, self.tts_models):
+            if name and name in registered:
+                return registered[name], name
+        if name in (OPENAI_ASR_ALIAS, *OPENAI_TTS_ALIASES) and name not in (
+            self.default_model,
+            self.default_name(),
+        ):
+            return self._default_speech(name)
         if not name or name in (self.default_model, self.default_name()):
             return self._default()
         if (
@@ -260,24 +279,29 @@ class ModelManager:
             return self._default()
         return path, str(path.relative_to(self.model_dir))
 
-    def _default_asr(self) -> tuple[Path, str]:
-        """What OpenAI clients' "whisper-1" means here: the first --asr-model, else the catalog's Whisper when
-        `blazr pull` put it in the model directory."""
-        from blazr.loaders.registry import DEFAULT_ASR_MODEL
+    def _default_speech(self, alias: str) -> tuple[Path, str]:
+        """What OpenAI clients' "whisper-1" ("tts-1", ...) means here: the first --asr-model (--tts-model),
+        else the catalog's Whisper (voice) when `blazr pull` put it in the model directory."""
+        from blazr.loaders.registry import DEFAULT_ASR_MODEL, DEFAULT_TTS_MODEL
 
-        if self.asr_models:
-            name = next(iter(self.asr_models))
-            return self.asr_models[name], name
-        path = find_in_model_dir(DEFAULT_ASR_MODEL, self.model_dir) or self._catalog_file(DEFAULT_ASR_MODEL)
+        asr = alias == OPENAI_ASR_ALIAS
+        registered, catalog = (
+            (self.asr_models, DEFAULT_ASR_MODEL) if asr else (self.tts_models, DEFAULT_TTS_MODEL)
+        )
+        if registered:
+            name = next(iter(registered))
+            return registered[name], name
+        path = find_in_model_dir(catalog, self.model_dir) or self._catalog_file(catalog)
         if path is None:
+            kind, flag = ("speech", "--asr-model") if asr else ("text-to-speech", "--tts-model")
             raise ApiError(
                 404,
-                f"model '{OPENAI_ASR_ALIAS}' not found: this server has no speech model. Start it with "
-                f"`--asr-model NAME=PATH`, or `blazr pull {DEFAULT_ASR_MODEL}` into its model directory",
+                f"model '{alias}' not found: this server has no {kind} model. Start it with "
+                f"`{flag} NAME=PATH`, or `blazr pull {catalog}` into its model directory",
                 param="model",
                 code="model_not_found",
             )
-        return path, DEFAULT_ASR_MODEL
+        return path, catalog
 
     def _catalog_file(self, name: str) -> Path | None:
         """A catalog name whose file `blazr pull` already put in the model directory (never fetched here)."""

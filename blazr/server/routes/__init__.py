@@ -21,6 +21,7 @@ ROUTE_MODULES = [
     "tei_embed",
     "tokenize",
     "audio",
+    "speech",
 ]
 
 ALL_BLUEPRINTS = [importlib.import_module(f"{__name__}.{name}").bp for name in ROUTE_MODULES]
