@@ -11,7 +11,18 @@ import typer
 from typer.core import TyperGroup
 
 from blazr import __version__
-from blazr.commands import bench, completions, devices, embed, generate, models, repl, serve, transcribe
+from blazr.commands import (
+    bench,
+    completions,
+    devices,
+    embed,
+    generate,
+    models,
+    repl,
+    serve,
+    speak,
+    transcribe,
+)
 from blazr.errors import BlazrError
 
 # optional module -> the feature it gives (pyproject [project.optional-dependencies]). Only features with code
@@ -94,6 +105,7 @@ app.command("bench")(bench.bench)
 app.command("embed")(embed.embed)
 app.command("rerank")(embed.rerank)
 app.command("transcribe")(transcribe.transcribe)
+app.command("speak")(speak.speak)
 
 
 def main() -> None:
