@@ -37,7 +37,10 @@ def special_ids(case: str) -> dict[str, int]:
     )
 
 
-def config(case: str) -> dict:
+def config(case: str, text_positions: int = 448) -> dict:
+    """text_positions: the decoder's context (Whisper's 448). Random weights never sample the end token, so
+    each window decodes until its room (at most half the context) is full: the CLI and server tests, which
+    compare against blazr's own transcripts rather than a reference, use 48 to decode ~5x fewer tokens."""
     ids = special_ids(case)
     return dict(
         architectures=["WhisperForConditionalGeneration"],
@@ -47,7 +50,7 @@ def config(case: str) -> dict:
         encoder_attention_heads=_HEADS,
         decoder_attention_heads=_HEADS,
         max_source_positions=1500,
-        max_target_positions=448,
+        max_target_positions=text_positions,
         activation_function="gelu",
         scale_embedding=False,
         tie_word_embeddings=True,
@@ -68,8 +71,8 @@ def sinusoids(length: int, channels: int) -> np.ndarray:
     return np.concatenate([np.sin(angles), np.cos(angles)], axis=1).astype(np.float32)
 
 
-def weights(case: str) -> dict[str, np.ndarray]:
-    cfg = config(case)
+def weights(case: str, text_positions: int = 448) -> dict[str, np.ndarray]:
+    cfg = config(case, text_positions)
     rng = np.random.default_rng(1500 + CASES.index(case))
     d, mels = cfg["d_model"], cfg["num_mel_bins"]
 
@@ -118,14 +121,14 @@ def weights(case: str) -> dict[str, np.ndarray]:
     return out
 
 
-def write(case: str, directory: Path) -> Path:
+def write(case: str, directory: Path, text_positions: int = 448) -> Path:
     """A model directory (config.json + model.safetensors) of this case; returns it."""
     from safetensors.numpy import save_file
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(config(case), indent=1))
-    save_file(weights(case), str(directory / "model.safetensors"))
+    (directory / "config.json").write_text(json.dumps(config(case, text_positions), indent=1))
+    save_file(weights(case, text_positions), str(directory / "model.safetensors"))
     return directory
 
 
