@@ -31,6 +31,8 @@ TESTS = [
     "tests/test_embed_minilm.py",
     "tests/test_embed_gguf.py",
     "tests/test_whisper_model.py",
+    "tests/test_vits_model.py",
+    "tests/test_piper_voice.py",
 ]
 ENCODER_BACKENDS = ("cpu", "cpu-numpy", "wgpu")  # the `backend` fixture's ids in tests/test_embed*.py
 
@@ -91,11 +93,15 @@ def real_models(results: dict[str, str]) -> tuple[list[str], dict[str, dict[str,
     return columns, table
 
 
-def family_rows(encoders: bool = False, speech: bool = False) -> list[tuple[str, str, str, list[str]]]:
+def family_rows(
+    encoders: bool = False, speech: bool = False, synthesis: bool = False
+) -> list[tuple[str, str, str, list[str]]]:
     """(family module, HF architectures, GGUF architectures, tiny models of the family) of the decoder
-    families, or with `encoders` of the encoder families (tiny cases of tests/tiny_encoders.py), or with
-    `speech` of the speech models (tiny cases of tests/tiny_whisper.py)."""
+    families, or with `encoders` of the encoder families (tiny cases of tests/tiny_encoders.py), with
+    `speech` of the speech recognition models (tiny cases of tests/tiny_whisper.py), with `synthesis` of the
+    text-to-speech models (tiny cases of tests/test_vits_model.py)."""
     from blazr.models import FAMILIES, model_module_name, model_task
+    from tests.test_vits_model import CASES as VITS_CASES
     from tests.tiny_encoders import CASES, config
     from tests.tiny_models import MODELS, tiny_config
     from tests.tiny_whisper import CASES as WHISPER_CASES
@@ -106,11 +112,13 @@ def family_rows(encoders: bool = False, speech: bool = False) -> list[tuple[str,
     for case in CASES:
         tiny.setdefault(model_module_name(config(case)), []).append(case)
     tiny["whisper"] = list(WHISPER_CASES)
-    want = "speech" if speech else "encoders" if encoders else "decoders"
+    tiny["vits"] = list(VITS_CASES)
+    want = "synthesis" if synthesis else "speech" if speech else "encoders" if encoders else "decoders"
+    kinds = {"transcribe": "speech", "speak": "synthesis", "generate": "decoders"}
     rows = []
     for f in FAMILIES:
         task = model_task({"architectures": [f.architectures[0]]})
-        kind = "speech" if task == "transcribe" else "decoders" if task == "generate" else "encoders"
+        kind = kinds.get(task, "encoders")
         if kind == want:
             rows.append((f.module, ", ".join(f.architectures), ", ".join(f.gguf), tiny.get(f.module, [])))
     return rows
@@ -258,6 +266,34 @@ def render(results: dict[str, str]) -> str:
             lines.append(f"| {module} | {archs} | {case} | " + " | ".join(cells) + " |")
     lines += [
         "",
+        "## Speech synthesis",
+        "",
+        "Each tiny case is a random-weight Hugging Face VitsModel (`tests/data/tiny_vits/`: stochastic duration",
+        "predictor; several speakers) run by transformers with noise off for the reference (`tests/golden/vits/`):",
+        "a cell passes when blazr's log durations, frame counts and waveform are within 1e-4",
+        "(`tests/test_vits_model.py`). Piper voices are VITS exported to ONNX: blazr reads the file's weights",
+        "into this layout.",
+        "",
+        "| family | HF architectures | tiny case | " + " | ".join(ENCODER_BACKENDS) + " |",
+        "|" + "---|" * (3 + len(ENCODER_BACKENDS)),
+    ]
+    for module, archs, _, cases in family_rows(synthesis=True):
+        for case in cases:
+            cells = [
+                results.get(f"test_waveform_and_durations_equal_transformers[{b}-{case}]", "-")
+                for b in ENCODER_BACKENDS
+            ]
+            lines.append(f"| {module} | {archs} | {case} | " + " | ".join(cells) + " |")
+    piper = [
+        results.get(name, "-")
+        for name in ("test_waveform_equals_onnxruntime", "test_phonemes_equal_piper_phonemize")
+    ]
+    lines += [
+        "",
+        "Real: Piper en_US joe medium (catalog `piper-joe`): waveform against onnxruntime running the same file",
+        f"(every sample within 2e-4) {piper[0]}; phonemes against piper-phonemize {piper[1]}",
+        "(`tests/test_piper_voice.py`).",
+        "",
         "## Real checkpoints",
         "",
         "Real GGUF files from the package registries against their float reference (transformers loading the same",
@@ -283,7 +319,12 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="only check docs/models.md lists every family")
     args = parser.parse_args()
     if args.check:
-        rows = family_rows() + family_rows(encoders=True) + family_rows(speech=True)
+        rows = (
+            family_rows()
+            + family_rows(encoders=True)
+            + family_rows(speech=True)
+            + family_rows(synthesis=True)
+        )
         want = {module for module, *_ in rows}
         have = listed_families(DOC.read_text()) if DOC.exists() else set()
         missing = sorted(want - have)
