@@ -564,12 +564,23 @@ def test_conv1d_dilated(backend, rng, case, bias):
     check(backend, "conv1d", x, w, b, stride, pad, groups, dilation=dilation)
 
 
-@pytest.mark.parametrize("pre_act", [None, "leaky_relu", "sigmoid"])
-@pytest.mark.parametrize(
-    "case", [(16, 50, 16, 5, 1, 6, 1, 3), (8, 40, 12, 3, 2, 1, 1, 1), (8, 30, 8, 3, 1, 1, 8, 1)]
-)
+FUSED_CONV_CASES = [
+    # (C_in, L, C_out, Kw, stride, pad, groups, dilation)
+    (16, 50, 16, 5, 1, 6, 1, 3),
+    (8, 40, 12, 3, 2, 1, 1, 1),
+    (8, 30, 8, 3, 1, 1, 8, 1),
+    # the CPU's direct kernel (blazr.backends.cpu_conv): several column blocks and a ragged last one, output
+    # channels not a multiple of its 4-channel tile; a short sequence whose channel tiles are shared out
+    (32, 4500, 30, 7, 1, 9, 1, 3),
+    (96, 20, 70, 5, 1, 2, 1, 1),
+]
+
+
+@pytest.mark.parametrize("pre_act", [None, "leaky_relu", "sigmoid", "silu"])
+@pytest.mark.parametrize("case", FUSED_CONV_CASES)
 def test_conv1d_fused_pre_act_and_residual(backend, rng, case, pre_act):
-    """act(x) -> conv -> + residual in one call; sigmoid checks that the zero padding is not activated."""
+    """act(x) -> conv -> + residual in one call; sigmoid checks that the zero padding is not activated, silu
+    (ACTIVATIONS' first kind) that a kind is never taken for "none"."""
     c_in, length, c_out, kw, stride, pad, groups, dilation = case
     w = normal(rng, c_out, c_in // groups, kw, scale=(c_in // groups * kw) ** -0.5)  # (C_out, C_in/g, Kw)
     x, b = normal(rng, c_in, length), normal(rng, c_out)

@@ -27,7 +27,9 @@ TOLERANCES: dict[tuple[str, str], tuple[float, float]] = {
     ("act", "f32"): F32,
     ("binary", "f32"): F32,
     ("topk", "f32"): (0.0, 0.0),  # values are picked, not computed
-    ("conv1d", "f32"): F32,
+    # each output sums up to ~200 float32 products of unit-sized terms (HiFi-GAN's 7 taps x 32 channels): the
+    # summation order (BLAS blocks, the CPU's direct tiles, wgpu) moves it by ~1.5e-6 absolute
+    ("conv1d", "f32"): (1e-5, 1e-5),
     # HiFi-GAN's upsamplers sum ~1000 float32 products into each unit-sized output: ~2e-6 (BLAS), ~5e-6 (wgpu)
     ("conv_transpose1d", "f32"): (1e-5, 1e-5),
     ("transpose", "f32"): (0.0, 0.0),  # a copy: exact

@@ -171,6 +171,37 @@ class Backend(ArrayAPIBackend):
             return super().kv_write(k_cache, v_cache, k, v, slots)
         self._ops.kv_write(k_cache, v_cache, k, v, slots)
 
+    def conv1d(
+        self,
+        x: Array,
+        w: Array,
+        b: Array | None,
+        stride: int,
+        pad: int,
+        groups: int,
+        dilation: int = 1,
+        pre_act: str | None = None,
+        slope: float = 0.01,
+        residual: Array | None = None,
+    ) -> Array:
+        # float32, stride 1, ungrouped (every convolution of HiFi-GAN, VITS's flows and text encoder): the
+        # direct kernel on numba's pool (blazr.backends.cpu_conv); the rest im2col + BLAS (array_api_conv)
+        if self._ops is None or stride != 1 or groups != 1 or not _all_f32(x, w, b, residual):
+            return super().conv1d(x, w, b, stride, pad, groups, dilation, pre_act, slope, residual)
+        from blazr.backends import cpu_conv
+
+        kind = cpu_conv.NO_ACT if pre_act is None else ACTIVATIONS.index(pre_act)
+        return cpu_conv.conv1d(x, w, b, pad, dilation, kind, slope, residual)
+
+    def conv_transpose1d(
+        self, x: Array, w: Array, b: Array | None, stride: int, pad: int, groups: int = 1
+    ) -> Array:
+        if self._ops is None or groups != 1 or not _all_f32(x, w, b):
+            return super().conv_transpose1d(x, w, b, stride, pad, groups)
+        from blazr.backends import cpu_conv
+
+        return cpu_conv.conv_transpose1d(x, w, b, stride, pad)
+
     def layer_norm(self, x: Array, w: Array, b: Array | None, eps: float) -> Array:
         if self._ops is None or x.dtype != np.float32 or w.dtype != np.float32 or x.ndim != 2:
             return super().layer_norm(x, w, b, eps)
@@ -292,6 +323,11 @@ class Backend(ArrayAPIBackend):
             if kernels.attention_dense(q, k, v, *lens, *flags, kernels.Q_TILE, out, rel, has_rel):
                 return out
         return super().attention_dense(q, k, v, q_lens, kv_lens, scale, causal, window, rel_bias)
+
+
+def _all_f32(*arrays) -> bool:
+    """Every array given (None skipped) a 2-D or 3-D numpy float32 array."""
+    return all(a is None or (isinstance(a, np.ndarray) and a.dtype == np.float32) for a in arrays)
 
 
 def _int8_gemm_available() -> bool:
