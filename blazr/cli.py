@@ -20,6 +20,7 @@ from blazr.commands import (
     models,
     repl,
     serve,
+    sound_review,
     speak,
     transcribe,
 )
@@ -106,6 +107,7 @@ app.command("embed")(embed.embed)
 app.command("rerank")(embed.rerank)
 app.command("transcribe")(transcribe.transcribe)
 app.command("speak")(speak.speak)
+app.command("sound-review")(sound_review.sound_review)
 
 
 def main() -> None:

@@ -33,6 +33,7 @@ TESTS = [
     "tests/test_whisper_model.py",
     "tests/test_vits_model.py",
     "tests/test_piper_voice.py",
+    "tests/test_clap_model.py",
 ]
 ENCODER_BACKENDS = ("cpu", "cpu-numpy", "wgpu")  # the `backend` fixture's ids in tests/test_embed*.py
 
@@ -94,12 +95,13 @@ def real_models(results: dict[str, str]) -> tuple[list[str], dict[str, dict[str,
 
 
 def family_rows(
-    encoders: bool = False, speech: bool = False, synthesis: bool = False
+    encoders: bool = False, speech: bool = False, synthesis: bool = False, review: bool = False
 ) -> list[tuple[str, str, str, list[str]]]:
     """(family module, HF architectures, GGUF architectures, tiny models of the family) of the decoder
     families, or with `encoders` of the encoder families (tiny cases of tests/tiny_encoders.py), with
     `speech` of the speech recognition models (tiny cases of tests/tiny_whisper.py), with `synthesis` of the
-    text-to-speech models (tiny cases of tests/test_vits_model.py)."""
+    text-to-speech models (tiny cases of tests/test_vits_model.py), with `review` of the sound-text models
+    (CLAP: the tiny checkpoint of tests/test_clap_model.py)."""
     from blazr.models import FAMILIES, model_module_name, model_task
     from tests.test_vits_model import CASES as VITS_CASES
     from tests.tiny_encoders import CASES, config
@@ -113,8 +115,10 @@ def family_rows(
         tiny.setdefault(model_module_name(config(case)), []).append(case)
     tiny["whisper"] = list(WHISPER_CASES)
     tiny["vits"] = list(VITS_CASES)
-    want = "synthesis" if synthesis else "speech" if speech else "encoders" if encoders else "decoders"
-    kinds = {"transcribe": "speech", "speak": "synthesis", "generate": "decoders"}
+    tiny["clap"] = ["tiny_clap"]
+    want = "encoders" if encoders else "decoders"
+    want = "review" if review else "synthesis" if synthesis else "speech" if speech else want
+    kinds = {"transcribe": "speech", "speak": "synthesis", "review": "review", "generate": "decoders"}
     rows = []
     for f in FAMILIES:
         task = model_task({"architectures": [f.architectures[0]]})
@@ -294,6 +298,24 @@ def render(results: dict[str, str]) -> str:
         f"(every sample within 2e-4) {piper[0]}; phonemes against piper-phonemize {piper[1]}",
         "(`tests/test_piper_voice.py`).",
         "",
+        "## Sound and text (CLAP, for `blazr sound-review`)",
+        "",
+        "A tiny random transformers ClapModel (`tests/data/tiny_clap/`: RoBERTa text tower, a three-stage HTSAT",
+        "audio tower, unfused) run by transformers for the reference (`tests/golden/clap.npz`): a cell passes when",
+        "blazr's audio and text embeddings and logits are within tolerance (`tests/test_clap_model.py`).",
+        "",
+        "| family | HF architectures | tiny case | " + " | ".join(ENCODER_BACKENDS) + " |",
+        "|" + "---|" * (3 + len(ENCODER_BACKENDS)),
+    ]
+    for module, archs, _, cases in family_rows(review=True):
+        for case in cases:
+            cells = [
+                results.get(f"test_embeddings_and_logits_equal_transformers[{b}]", "-")
+                for b in ENCODER_BACKENDS
+            ]
+            lines.append(f"| {module} | {archs} | {case} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
         "## Real checkpoints",
         "",
         "Real GGUF files from the package registries against their float reference (transformers loading the same",
@@ -324,6 +346,7 @@ def main() -> int:
             + family_rows(encoders=True)
             + family_rows(speech=True)
             + family_rows(synthesis=True)
+            + family_rows(review=True)
         )
         want = {module for module, *_ in rows}
         have = listed_families(DOC.read_text()) if DOC.exists() else set()

@@ -55,6 +55,20 @@ def load_audio(
     return np.ascontiguousarray(mono, dtype=np.float32)
 
 
+def load_audio_channels(path: str | os.PathLike) -> tuple[np.ndarray, int]:
+    """Decode the file at `path` as recorded: float32 (samples, channels) at the file's own sample rate, for
+    measures that need every channel at the rate it was made (loudness, peaks, clipping). The same checks and
+    AudioErrors as load_audio."""
+    data, name = Path(path), os.fspath(path)
+    _check_readable(data, name)
+    decoded, rate = _decode(data, name, _safe_suffix(name))  # (samples, channels)
+    if decoded.shape[0] == 0:
+        raise AudioError(f"{name}: the audio is empty (0 samples)")
+    if not np.isfinite(decoded).all():
+        raise AudioError(f"{name}: the audio holds NaN or infinite samples")
+    return np.ascontiguousarray(decoded, dtype=np.float32), rate
+
+
 def _check_readable(path: Path, name: str) -> None:
     if not path.exists():
         raise AudioError(f"{name}: no such audio file")

@@ -99,6 +99,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("whisper", ("WhisperForConditionalGeneration",), ("whisper",), ()),
     # speech synthesis (blazr.tasks.speak); Piper's ONNX voices are read into this layout (blazr.loaders.piper)
     Family("vits", ("VitsModel",), ("vits",), ()),
+    # sound and text in one embedding space (blazr sound-review ranks sounds against their descriptions)
+    Family("clap", ("ClapModel",), ("clap",), ()),
 )
 
 ARCHITECTURES = {name: f.module for f in FAMILIES for name in f.architectures}
@@ -159,6 +161,7 @@ TASK_USES = {
         "`blazr transcribe`, or blazr.load(...).transcribe",
     ),
     "speak": ("a text-to-speech voice (VITS / Piper)", "`blazr speak`, or blazr.load(...).synthesize"),
+    "review": ("a sound-text model (CLAP)", "`blazr sound-review DIR --model PATH`"),
 }
 
 
