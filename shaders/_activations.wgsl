@@ -1,5 +1,5 @@
 // Library (prepended to act.wgsl and glu.wgsl by blazr/backends/wgsl.py): the ACTIVATIONS of base.py in f32.
-// kind: 0 silu, 1 gelu (erf), 2 gelu_tanh, 3 relu, 4 tanh, 5 sigmoid, 6 exp, 7 softplus, 8 leaky_relu -- the
+// kind: 0 silu, 1 gelu (erf), 2 gelu_tanh, 3 relu, 4 tanh, 5 sigmoid, 6 exp, 7 softplus, 8 leaky_relu, 9 sin -- the
 // order of blazr.backends.base.ACTIVATIONS. activation() is leaky_relu with the default slope 0.01 (glu's);
 // act.wgsl passes its slope to activation_sloped().
 
@@ -41,6 +41,7 @@ fn activation_sloped(x: f32, kind: u32, slope: f32) -> f32 {
         }
         case 6u: { return exp(x); }
         case 7u: { return max(x, 0.0) + log1p_unit(exp(-abs(x))); }
+        case 9u: { return sin(x); }
         default: { return select(slope * x, x, x >= 0.0); }
     }
 }

@@ -167,6 +167,8 @@ def act(x, kind, slope=0.01):
         return np.logaddexp(0.0, x)  # log(e^0 + e^x)
     if kind == "leaky_relu":
         return np.where(x >= 0, x, slope * x)
+    if kind == "sin":
+        return np.sin(x)
     raise ValueError(kind)
 
 
@@ -270,3 +272,71 @@ def ssm_scan(x, dt, A, B, C, D, state):
             state[h] = np.exp(dt[t, h] * A[h]) * state[h] + dt[t, h] * np.outer(x[t, h], B[t, g])
             y[t, h] = state[h] @ C[t, g] + D[h] * x[t, h]
     return y, state
+
+
+# ---- speech synthesis -------------------------------------------------------------------------------
+def lstm(gates, w_hh):
+    gates, w_hh = _f64(gates), _f64(w_hh)
+    steps, h = gates.shape[0], gates.shape[1] // 8
+    out = np.zeros((steps, 2 * h))
+    sig = lambda v: 1.0 / (1.0 + np.exp(-v))  # noqa: E731
+    for d in (0, 1):
+        hidden, cell = np.zeros(h), np.zeros(h)
+        for t in range(steps) if d == 0 else reversed(range(steps)):
+            z = gates[t, 4 * h * d : 4 * h * (d + 1)] + w_hh[d] @ hidden
+            i, f, g, o = z[:h], z[h : 2 * h], z[2 * h : 3 * h], z[3 * h :]
+            cell = sig(f) * cell + sig(i) * np.tanh(g)
+            hidden = sig(o) * np.tanh(cell)
+            out[t, h * d : h * (d + 1)] = hidden
+    return out
+
+
+def stft(x, window, hop):
+    """The DFT written out (no FFT), of reflect-padded, windowed frames."""
+    x, window = _f64(x), _f64(window)
+    n = len(window)
+    padded = np.pad(x, (n // 2, n // 2), mode="reflect")
+    frames = len(x) // hop + 1
+    k = np.arange(n // 2 + 1)[:, None]
+    angle = 2 * np.pi * ((k * np.arange(n)[None, :]) % n) / n  # (K, N)
+    re, im = np.zeros((len(k), frames)), np.zeros((len(k), frames))
+    for f in range(frames):
+        seg = padded[f * hop : f * hop + n] * window
+        re[:, f], im[:, f] = np.cos(angle) @ seg, -np.sin(angle) @ seg
+    im[0], im[n // 2] = 0.0, 0.0  # real-signal bins: exactly real
+    return np.hypot(re, im), np.arctan2(im, re)
+
+
+def istft(mag, phase, window, hop):
+    mag, phase, window = _f64(mag), _f64(phase), _f64(window)
+    n = len(window)
+    frames = mag.shape[1]
+    re, im = mag * np.cos(phase), mag * np.sin(phase)
+    k = np.arange(n // 2 + 1)[:, None]
+    angle = 2 * np.pi * ((k * np.arange(n)[None, :]) % n) / n  # (K, N)
+    weight = np.full((n // 2 + 1, 1), 2.0)  # bins 1..N/2-1 stand for their conjugates too
+    weight[0], weight[n // 2] = 1.0, 1.0
+    total = n + hop * (frames - 1)
+    signal, envelope = np.zeros(total), np.zeros(total)
+    for f in range(frames):
+        frame = ((weight * re[:, f : f + 1]) * np.cos(angle)).sum(0)
+        frame -= ((weight * im[:, f : f + 1]) * np.sin(angle))[1 : n // 2].sum(0)
+        signal[f * hop : f * hop + n] += frame / n * window
+        envelope[f * hop : f * hop + n] += window * window
+    return signal[n // 2 : total - n // 2] / envelope[n // 2 : total - n // 2]
+
+
+def instance_norm(x, scale, shift, eps):
+    x, scale, shift = _f64(x), _f64(scale), _f64(shift)
+    mean = x.mean(axis=1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * scale[:, None] + shift[:, None]
+
+
+def snake(x, alpha):
+    x, alpha = _f64(x), _f64(alpha)[:, None]
+    return x + np.sin(alpha * x) ** 2 / alpha
+
+
+def concat(a, b):
+    return np.concatenate([_f64(a), _f64(b)], axis=0)

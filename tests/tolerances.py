@@ -34,6 +34,14 @@ TOLERANCES: dict[tuple[str, str], tuple[float, float]] = {
     ("conv_transpose1d", "f32"): (1e-5, 1e-5),
     ("transpose", "f32"): (0.0, 0.0),  # a copy: exact
     ("ssm_scan", "f32"): F32,
+    # the recurrence carries each step's float32 rounding into the next: ~1e-6 after tens of steps
+    ("lstm", "f32"): (1e-5, 1e-5),
+    # spectra compared as re/im parts: sums of N windowed float32 products of unit-sized samples
+    ("stft", "f32"): (1e-5, 1e-5),
+    ("istft", "f32"): (1e-5, 1e-5),
+    ("instance_norm", "f32"): (1e-5, 1e-5),
+    ("snake", "f32"): F32,
+    ("concat", "f32"): (0.0, 0.0),  # a copy: exact
 }
 
 

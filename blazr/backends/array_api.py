@@ -14,6 +14,7 @@ import numpy as np
 
 from blazr.backends.array_api_conv import ConvOps
 from blazr.backends.array_api_relative import RelativeAttentionOps
+from blazr.backends.array_api_speech import SpeechOps
 from blazr.backends.base import ACTIVATIONS, BINARY_OPS, OPS, ROPE_STYLES, Array, SampleParams
 from blazr.errors import ConfigError, UnsupportedError
 
@@ -24,7 +25,7 @@ _ERF_P = 0.3275911
 _ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 
 
-class ArrayAPIBackend(ConvOps, RelativeAttentionOps):
+class ArrayAPIBackend(ConvOps, RelativeAttentionOps, SpeechOps):
     """Shared numpy/CuPy implementation of the backend contract."""
 
     xp: Any = np  # the array module
@@ -357,6 +358,8 @@ class ArrayAPIBackend(ConvOps, RelativeAttentionOps):
             return xp.exp(x)
         if kind == "leaky_relu":
             return xp.where(x >= 0, x, x * float(slope))
+        if kind == "sin":
+            return xp.sin(x)
         raise ConfigError(f"activation {kind!r} is unknown; use one of {ACTIVATIONS}")
 
     def _erf(self, z: Array) -> Array:

@@ -49,12 +49,20 @@ OPS: tuple[str, ...] = (
     "ssm_scan",
     # layout
     "transpose",
+    # speech synthesis (Kokoro / iSTFTNet)
+    "lstm",
+    "stft",
+    "istft",
+    "instance_norm",
+    "snake",
+    "concat",
 )
 
 # act(x, kind, slope) and glu(gate, up, kind); tanh is for logit soft-capping (softcap * tanh(x / softcap)),
 # sigmoid/exp/softplus/leaky_relu for TTS vocoders (VITS, HiFi-GAN). New kinds go at the end: kernels number
 # them by their index here.
-ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu", "tanh", "sigmoid", "exp", "softplus", "leaky_relu")
+# sin: iSTFTNet's phase (Kokoro).
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu", "tanh", "sigmoid", "exp", "softplus", "leaky_relu", "sin")
 BINARY_OPS = ("add", "sub", "mul", "div")  # binary(op, a, b), numpy broadcasting
 ROPE_STYLES = ("neox", "interleaved")  # neox: rotate halves (HF); interleaved: adjacent pairs (GPT-J)
 DTYPES = ("f32", "f16", "bf16")  # activation / dense-weight dtypes a backend may support
@@ -200,7 +208,7 @@ class Backend(Protocol):
         """Elementwise activation, kind in ACTIVATIONS:
         silu x sigmoid(x); gelu x Phi(x) (erf); gelu_tanh 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)));
         relu max(x, 0); tanh; sigmoid 1 / (1 + e^-x); exp e^x (inf past float32's range, x > ~88.7);
-        softplus log(1 + e^x), computed without overflow; leaky_relu x if x >= 0 else slope * x. Only
+        softplus log(1 + e^x), computed without overflow; leaky_relu x if x >= 0 else slope * x; sin. Only
         leaky_relu reads `slope` (HiFi-GAN uses 0.1)."""
 
     def binary(self, op: str, a: Array, b: Array) -> Array:
@@ -261,6 +269,35 @@ class Backend(Protocol):
     def transpose(self, x: Array) -> Array:
         """x (M, N) -> (N, M) contiguous: conv1d's (channels, time) output as the (time, channels) rows the
         rest of a network reads (the Whisper and TTS front ends)."""
+
+    # ---- speech synthesis ---------------------------------------------------------------------------
+    def lstm(self, gates: Array, w_hh: Array) -> Array:
+        """Bidirectional single-layer LSTM, batch 1, PyTorch's nn.LSTM gate order (i, f, g, o).
+        gates (T, 8H): the input projections x W_ih^T + b_ih + b_hh, forward direction in columns [:4H],
+        backward in [4H:]; w_hh (2, 4H, H) the recurrent weights of each direction. Zero initial state; per
+        step z = gates[t] + h W_hh^T, c = sig(f) c + sig(i) tanh(g), h = sig(o) tanh(c). The backward
+        direction runs t = T-1 .. 0. Returns (T, 2H): forward h in [:H], backward in [H:]."""
+
+    def stft(self, x: Array, window: Array, hop: int) -> tuple[Array, Array]:
+        """torch.stft(x, n_fft=N, hop, window, center=True, pad_mode="reflect", onesided) as magnitude and
+        angle: x (L,), window (N,) -> mag (N/2 + 1, F), phase (N/2 + 1, F) with F = L // hop + 1 and
+        phase = atan2(im, re) (0 where the bin is 0; the DC and Nyquist bins have im = +0 exactly)."""
+
+    def istft(self, mag: Array, phase: Array, window: Array, hop: int) -> Array:
+        """torch.istft of mag * e^(i phase), center=True, no length: mag, phase (N/2 + 1, F), window (N,)
+        -> (hop * (F - 1),). Each frame is the real inverse DFT (the imaginary parts of the DC and Nyquist
+        bins ignored), times the window, overlap-added at f * hop, divided by the overlap-added squared
+        window, and N/2 samples dropped at each end."""
+
+    def instance_norm(self, x: Array, scale: Array, shift: Array, eps: float) -> Array:
+        """x (C, L), scale (C,), shift (C,) -> (C, L): each row normalised over time (mean 0, biased
+        variance 1 with eps), then times scale[c] plus shift[c] (InstanceNorm1d, and AdaIN's style affine)."""
+
+    def snake(self, x: Array, alpha: Array) -> Array:
+        """x (C, L), alpha (C,) -> x + sin(alpha x)^2 / alpha per channel (iSTFTNet's Snake1D)."""
+
+    def concat(self, a: Array, b: Array) -> Array:
+        """a (M, L), b (N, L) -> (M + N, L): the rows of a, then those of b (channel stacking)."""
 
     # ---- capability ---------------------------------------------------------------------------------
     def supports(self, op: str, dtype: str | None = None, fmt: str | None = None) -> bool:

@@ -102,7 +102,7 @@ def _silu_mul_row(g_row, u_row, o_row):
 
 
 # act / glu kinds other than the SiLU product, numbered as blazr.backends.base.ACTIVATIONS
-GELU, GELU_TANH, RELU, TANH, SIGMOID, EXP, SOFTPLUS, LEAKY_RELU = 1, 2, 3, 4, 5, 6, 7, 8
+GELU, GELU_TANH, RELU, TANH, SIGMOID, EXP, SOFTPLUS, LEAKY_RELU, SIN = 1, 2, 3, 4, 5, 6, 7, 8, 9
 GLU_SLOPE = np.float32(0.01)  # glu's leaky_relu slope (the contract's default)
 
 
@@ -172,6 +172,9 @@ def _act_row(x_row, kind, slope, o_row):
         for i in range(n):
             v = x_row[i]
             o_row[i] = v if v >= np.float32(0.0) else slope * v
+    elif kind == SIN:
+        for i in range(n):
+            o_row[i] = math.sin(x_row[i])
     else:  # SiLU
         for i in range(n):
             o_row[i] = _silu(x_row[i])

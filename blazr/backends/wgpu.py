@@ -19,6 +19,7 @@ from blazr.backends.wgpu_fusion import FusionOps
 from blazr.backends.wgpu_ops import SelectionSequenceOps
 from blazr.backends.wgpu_quant import PACKED_FORMATS, PackedOps
 from blazr.backends.wgpu_runtime import Runtime, grid_1d
+from blazr.backends.wgpu_speech import SpeechOps
 from blazr.errors import ConfigError, UnsupportedError
 from blazr.quant import QuantRowStack, QuantWeight
 
@@ -34,7 +35,7 @@ def _groups(n: int) -> int:
     return max(1, -(-n // WG))
 
 
-class Backend(SelectionSequenceOps, PackedOps, FusionOps):
+class Backend(SelectionSequenceOps, PackedOps, FusionOps, SpeechOps):
     """One WebGPU adapter (enumeration order, as `blazr devices` lists them)."""
 
     weight_formats: tuple[str, ...] = PACKED_FORMATS
