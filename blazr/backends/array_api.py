@@ -8,6 +8,7 @@ float64 (NEP 50: Python scalars are weakly typed, numpy float64 scalars are not)
 from __future__ import annotations
 
 import math
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -452,6 +453,9 @@ class ArrayAPIBackend(ConvOps, RelativeAttentionOps, SpeechOps):
         return y, state
 
     # ---- capability ---------------------------------------------------------------------------------
+    def kernels_own_threads(self) -> AbstractContextManager:
+        return nullcontext()  # no library thread pool beside this backend's
+
     def supports(self, op: str, dtype: str | None = None, fmt: str | None = None) -> bool:
         dtype_ok = dtype is None or dtype in self.act_dtypes
         fmt_ok = fmt is None or fmt in self.weight_formats

@@ -14,6 +14,7 @@ Conventions for every op:
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -300,6 +301,11 @@ class Backend(Protocol):
         """a (M, L), b (N, L) -> (M + N, L): the rows of a, then those of b (channel stacking)."""
 
     # ---- capability ---------------------------------------------------------------------------------
+    def kernels_own_threads(self) -> AbstractContextManager:
+        """A context in which the backend's own kernels alone spread work over threads: for a network whose
+        parallel work is the backend's kernels with small library calls (BLAS) between them, whose thread
+        pool would otherwise spin against the kernels' one (the CPU backend keeps BLAS to one thread)."""
+
     def supports(self, op: str, dtype: str | None = None, fmt: str | None = None) -> bool:
         """Whether `op` runs here with activations of `dtype` and (for matmul/embed) weights in `fmt`
         (None for dense, else a quant format name such as "Q4_K"). Checked once when a model loads."""

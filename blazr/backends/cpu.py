@@ -8,6 +8,7 @@ With numba, RMSNorm, RoPE, KV writes and decode attention run as one-pass kernel
 from __future__ import annotations
 
 import importlib.util
+from contextlib import AbstractContextManager, nullcontext
 
 import numpy as np
 
@@ -24,6 +25,7 @@ PACKED_FORMATS = tuple(sorted((DEQUANT_TYPES - {"F32", "F16", "BF16"}) | set(INT
 HAS_NUMBA = importlib.util.find_spec("numba") is not None
 
 
+_BLAS_CONTROL = None  # threadpoolctl's view of numpy's BLAS, made on first use (kernels_own_threads)
 SERIAL_MACS = 1 << 21  # a dense matmul this small may run on the calling thread (see numba_matmul_rows)
 
 
@@ -86,6 +88,19 @@ class Backend(ArrayAPIBackend):
         """--dtype q8 (True) or an explicit float dtype (False): int8 or exact float32 activations in the
         dot products with packed weights."""
         self.int8_activations = bool(enabled)
+
+    def kernels_own_threads(self) -> AbstractContextManager:
+        # OpenBLAS's threads spin for a while after each call, on the cores numba's pool then needs: a VITS
+        # voice (numba convolutions, small BLAS products in its text encoder) ran at RTF 0.101 with both
+        # pools at two threads and 0.047 with BLAS at one (Intel Xeon, 2 cores)
+        if not self.fast_kernels:
+            return nullcontext()
+        global _BLAS_CONTROL
+        if _BLAS_CONTROL is None:
+            from threadpoolctl import ThreadpoolController
+
+            _BLAS_CONTROL = ThreadpoolController()  # finds the BLAS numpy loaded (OpenBLAS, MKL, ...) once
+        return _BLAS_CONTROL.limit(limits=1, user_api="blas")
 
     def supports(self, op: str, dtype: str | None = None, fmt: str | None = None) -> bool:
         # only matmul and embed read weights, so only they take packed formats

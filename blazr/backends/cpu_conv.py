@@ -177,13 +177,18 @@ def _conv_task(x, w2, bias, residual, out, act, geometry, task, slab):
 def interleave_phases(phases, stride, pad, bias, out):
     """out[o, t] = phases[r * C_out + o, u] + bias[o] (bias empty: none) with t + pad = u * stride + r:
     conv_transpose1d's `stride` output phases (rows (r, o)) woven into one sequence, `pad` columns dropped
-    each side."""
+    each side. A phase row is read in order and written every stride-th column (no division per sample)."""
     c_out, l_out = out.shape
     for o in prange(c_out):
         add = bias[o] if bias.size else np.float32(0.0)
-        for t in range(l_out):
-            u, r = divmod(t + pad, stride)
-            out[o, t] = phases[r * c_out + o, u] + add
+        for r in range(stride):
+            src = phases[r * c_out + o]  # (U,)
+            first = max(
+                0, (pad - r + stride - 1) // stride
+            )  # first u whose column t = u * stride + r - pad >= 0
+            last = min(src.size, (l_out - 1 + pad - r) // stride + 1)  # past the last u with t < l_out
+            for u in range(first, last):
+                out[o, u * stride + r - pad] = src[u] + add
 
 
 def _rows_padded(w2: np.ndarray) -> np.ndarray:

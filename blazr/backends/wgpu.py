@@ -10,6 +10,8 @@ stay in their GGML blocks (wgpu_quant.py); other formats are dequantized at load
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
+
 import numpy as np
 
 from blazr.backends.base import ACTIVATIONS, BINARY_OPS, OPS, ROPE_STYLES, Array
@@ -425,6 +427,9 @@ class Backend(SelectionSequenceOps, PackedOps, FusionOps, SpeechOps):
         return out
 
     # ---- capability ---------------------------------------------------------------------------------
+    def kernels_own_threads(self) -> AbstractContextManager:
+        return nullcontext()  # no library thread pool beside this backend's
+
     def supports(self, op: str, dtype: str | None = None, fmt: str | None = None) -> bool:
         dtype_ok = dtype is None or dtype in self.act_dtypes
         # packed kernels take f32 activations; an f16 model gets its quantized weights dequantized at load

@@ -96,8 +96,9 @@ class Model(Module):
         overtone phases and noise (kokoro_source.py); False is deterministic."""
         if noise and rng is None:
             rng = np.random.default_rng()
-        s_dec, asr, f0, energy = self.prosody(ids, ref_s, speed)
-        return self.be.download(self.decoder(asr, f0, energy, s_dec, noise, rng)).astype(np.float32)
+        with self.be.kernels_own_threads():
+            s_dec, asr, f0, energy = self.prosody(ids, ref_s, speed)
+            return self.be.download(self.decoder(asr, f0, energy, s_dec, noise, rng)).astype(np.float32)
 
     def prosody(self, ids: np.ndarray, ref_s: np.ndarray, speed: float = 1.0) -> tuple[Array, ...]:
         """Everything before the decoder: the decoder's style s (1, S), the text features per frame asr (H, F),

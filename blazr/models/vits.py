@@ -144,6 +144,10 @@ class Model(Module):
         """Phoneme ids (T,) -> waveform (N,) float32 in [-1, 1] at args.sampling_rate. noise_scale scales the
         prior's sampling noise, noise_w the duration predictor's, length_scale the durations (1 / speed).
         speaker: a multi-speaker model's speaker (None: unconditioned, as transformers runs without one)."""
+        with self.be.kernels_own_threads():
+            return self._synthesize(ids, noise_scale, length_scale, noise_w, rng, speaker)
+
+    def _synthesize(self, ids, noise_scale, length_scale, noise_w, rng, speaker) -> np.ndarray:
         be, a = self.be, self.args
         x, stats = self.enc_p(be.upload(np.asarray(ids, dtype=np.int32)), self.emb_scale)  # (T, C), (T, 2I)
         t = len(ids)
