@@ -239,7 +239,9 @@ def conv1d(x, w, b, stride, pad, groups, dilation=1, pre_act=None, slope=0.01, r
     return out if b is None else out + _f64(b)[:, None]
 
 
-def conv_transpose1d(x, w, b, stride, pad, groups=1):
+def conv_transpose1d(x, w, b, stride, pad, groups=1, pre_act=None, slope=0.01):
+    if pre_act is not None:
+        return conv_transpose1d(act(x, pre_act, slope), w, b, stride, pad, groups)
     x, w = _f64(x), _f64(w)
     c_in, length = x.shape
     _, c_out_per_group, kw = w.shape

@@ -613,6 +613,18 @@ def test_conv_transpose1d(backend, rng, case, bias):
     check(backend, "conv_transpose1d", normal(rng, c_in, length), w, b, stride, pad, groups)
 
 
+@pytest.mark.parametrize("pre_act", ["leaky_relu", "sigmoid", "silu"])
+@pytest.mark.parametrize("case", [(64, 300, 32, 8, 4, 2, 1), (6, 7, 4, 5, 3, 1, 2), (8, 9, 8, 3, 1, 1, 1)])
+def test_conv_transpose1d_fused_pre_act(backend, rng, case, pre_act):
+    """act(x) -> conv_transpose1d in one call (HiFi-GAN's LeakyReLU before each upsampler); sigmoid: the
+    zero padding of the CPU's phases is not activated."""
+    c_in, length, c_out, kw, stride, pad, groups = case
+    fan_in = c_in // groups * max(1, kw // stride)
+    w = normal(rng, c_in, c_out // groups, kw, scale=fan_in**-0.5)  # (C_in, C_out/g, Kw)
+    x, b = normal(rng, c_in, length), normal(rng, c_out)
+    check(backend, "conv_transpose1d", x, w, b, stride, pad, groups, pre_act=pre_act, slope=0.1)
+
+
 def test_reference_conv_transpose1d_is_the_adjoint_of_conv1d():
     """The two references agree with each other as PyTorch's ops do: ConvTranspose1d is the adjoint (the
     gradient) of Conv1d with the same weight and stride/padding, and has L_out = (L - 1) stride - 2 pad + Kw."""

@@ -104,9 +104,19 @@ class ConvOps:
         return out
 
     def conv_transpose1d(
-        self, x: Array, w: Array, b: Array | None, stride: int, pad: int, groups: int = 1
+        self,
+        x: Array,
+        w: Array,
+        b: Array | None,
+        stride: int,
+        pad: int,
+        groups: int = 1,
+        pre_act: str | None = None,
+        slope: float = 0.01,
     ) -> Array:
         xp = self.xp
+        if pre_act is not None:
+            x = self.act(x, pre_act, slope=slope)
         c_in, length = x.shape
         _, per_out, kw = w.shape  # (C_in, C_out/g, Kw)
         c_out = per_out * groups

@@ -248,12 +248,22 @@ class Backend(Protocol):
         convolved; residual (C_out, L_out) is added to the output."""
 
     def conv_transpose1d(
-        self, x: Array, w: Array, b: Array | None, stride: int, pad: int, groups: int = 1
+        self,
+        x: Array,
+        w: Array,
+        b: Array | None,
+        stride: int,
+        pad: int,
+        groups: int = 1,
+        pre_act: str | None = None,
+        slope: float = 0.01,
     ) -> Array:
         """x (C_in, L), w (C_in, C_out // groups, Kw) (PyTorch's ConvTranspose1d layout), b (C_out,) or None
         -> (C_out, L_out), L_out = (L - 1) stride - 2 pad + Kw (no output padding, no dilation): input column
         t adds w[c, o, j] x[c, t] to output column t * stride + j - pad (those outside [0, L_out) dropped).
-        Input channel c feeds the output channels of its group c // (C_in // groups). HiFi-GAN's upsampler."""
+        Input channel c feeds the output channels of its group c // (C_in // groups). HiFi-GAN's upsampler.
+        pre_act (a kind of ACTIVATIONS, slope as for act) is applied to x first (HiFi-GAN's LeakyReLU before
+        each upsampler, fused so that the activated input is never stored apart)."""
 
     def ssm_scan(
         self, x: Array, dt: Array, A: Array, B: Array, C: Array, D: Array, state: Array

@@ -209,13 +209,22 @@ class Backend(ArrayAPIBackend):
         return cpu_conv.conv1d(x, w, b, pad, dilation, kind, slope, residual)
 
     def conv_transpose1d(
-        self, x: Array, w: Array, b: Array | None, stride: int, pad: int, groups: int = 1
+        self,
+        x: Array,
+        w: Array,
+        b: Array | None,
+        stride: int,
+        pad: int,
+        groups: int = 1,
+        pre_act: str | None = None,
+        slope: float = 0.01,
     ) -> Array:
         if self._ops is None or groups != 1 or not _all_f32(x, w, b):
-            return super().conv_transpose1d(x, w, b, stride, pad, groups)
+            return super().conv_transpose1d(x, w, b, stride, pad, groups, pre_act, slope)
         from blazr.backends import cpu_conv
 
-        return cpu_conv.conv_transpose1d(x, w, b, stride, pad)
+        kind = cpu_conv.NO_ACT if pre_act is None else ACTIVATIONS.index(pre_act)
+        return cpu_conv.conv_transpose1d(x, w, b, stride, pad, kind, slope)
 
     def layer_norm(self, x: Array, w: Array, b: Array | None, eps: float) -> Array:
         if self._ops is None or x.dtype != np.float32 or w.dtype != np.float32 or x.ndim != 2:

@@ -231,9 +231,17 @@ def conv1d(
     return out
 
 
-def conv_transpose1d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, stride: int, pad: int) -> np.ndarray:
-    """backends/base.py's conv_transpose1d for one group: x (C_in, L), w (C_in, C_out, Kw) float32 ->
-    (C_out, (L - 1) * stride - 2 * pad + Kw). Output column u * stride + r (before dropping `pad`) sums
+def conv_transpose1d(
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None,
+    stride: int,
+    pad: int,
+    act_kind: int = NO_ACT,
+    slope: float = 0.01,
+) -> np.ndarray:
+    """backends/base.py's conv_transpose1d for one group: act(x) (C_in, L) (act_kind as for conv1d), w (C_in,
+    C_out, Kw) float32 -> (C_out, (L - 1) * stride - 2 * pad + Kw). Output column u * stride + r (before dropping `pad`) sums
     w[:, :, q * stride + r] . x[:, u - q] over q < m = ceil(Kw / stride): for each phase r a stride-1
     convolution of m taps over x padded by m - 1 on both sides, tap j = m - 1 - q."""
     c_in, length = x.shape
@@ -244,7 +252,7 @@ def conv_transpose1d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, stride:
     # (stride, C_out, C_in, m): row (r, o), tap j = w[ci, o, (m - 1 - j) * stride + r]
     phase_w = wpad.reshape(c_in, c_out, m, stride)[:, :, ::-1, :].transpose(3, 1, 0, 2)
     phase_w = np.ascontiguousarray(phase_w).reshape(stride * c_out, c_in, m)
-    phases = conv1d(x, phase_w, None, m - 1, 1, NO_ACT, 0.0, None)  # (stride * C_out, L + m - 1)
+    phases = conv1d(x, phase_w, None, m - 1, 1, act_kind, slope, None)  # (stride * C_out, L + m - 1)
     l_out = (length - 1) * stride - 2 * pad + kw
     out = np.empty((c_out, l_out), dtype=np.float32)  # (C_out, L_out)
     interleave_phases(phases, stride, pad, _NO_BIAS if b is None else b, out)

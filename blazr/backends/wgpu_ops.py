@@ -136,8 +136,18 @@ class SelectionSequenceOps:
         return out
 
     def conv_transpose1d(
-        self, x: Array, w: Array, b: Array | None, stride: int, pad: int, groups: int = 1
+        self,
+        x: Array,
+        w: Array,
+        b: Array | None,
+        stride: int,
+        pad: int,
+        groups: int = 1,
+        pre_act: str | None = None,
+        slope: float = 0.01,
     ) -> Array:
+        if pre_act is not None:  # not fused here: one activation pass first
+            x = self.act(x, pre_act, slope=slope)
         x, w = self.contiguous(x), self.contiguous(w, x.dtype)
         c_in, length = x.shape
         _, per_group_out, kw = w.shape  # (C_in, C_out/g, Kw)

@@ -58,7 +58,6 @@ class Generator(Module):
         ]
         self.per_stage = len(a.resblock_kernel_sizes)
         self.conv_post = Conv1d(be, c0 >> len(rates), 1, 7, bias=False)
-        self.mean = np.float32(1.0 / self.per_stage)
         speaker = getattr(a, "speaker_embedding_size", 0)
         self.cond = (
             Conv1d(be, speaker, c0, 1) if speaker else None
@@ -76,13 +75,22 @@ class Generator(Module):
         x = self.conv_pre(z)  # (C0, F)
         if g is not None and self.cond is not None:
             x = be.binary("add", x, self.cond(g))  # (C0, F) + (C0, 1)
-        mean = be.upload(np.array([self.mean], dtype=np.float32))  # (1,)
         for i, up in enumerate(self.ups):
-            x = up(be.act(x, "leaky_relu", slope=self.slope))  # (C0 / 2^(i+1), L * rate)
+            x = up(x, pre_act="leaky_relu", slope=self.slope)  # (C0 / 2^(i+1), L * rate)
             blocks = self.blocks[i * self.per_stage : (i + 1) * self.per_stage]
-            total = blocks[0](x)
+            x_blocks = blocks[0](x)
             for block in blocks[1:]:
-                total = be.binary("add", total, block(x))
-            x = be.binary("mul", total, mean)
+                x_blocks = be.binary("add", x_blocks, block(x))
+            x = x_blocks  # the blocks' sum: their mean's 1 / per_stage is in the next weights (fold_stage_mean)
         x = self.conv_post(x, pre_act="leaky_relu", slope=0.01)  # (1, L)
         return be.act(x, "tanh")
+
+
+def fold_stage_mean(weights: dict[str, np.ndarray], prefix: str, stages: int, per_stage: int) -> dict:
+    """The weights that take each stage's mean of its residual blocks out of the running network: what follows
+    a stage is LeakyReLU then a convolution (the next upsampler, or conv_post), and LeakyReLU(x / n) =
+    LeakyReLU(x) / n, so the 1 / n moves into that convolution's weight (not its bias). One pass over
+    HiFi-GAN's largest arrays fewer per stage. Returns the changed entries (new arrays)."""
+    scale = np.float32(1.0 / per_stage)
+    names = [f"{prefix}ups.{i}.weight" for i in range(1, stages)] + [f"{prefix}conv_post.weight"]
+    return {name: np.asarray(weights[name], dtype=np.float32) * scale for name in names}

@@ -19,7 +19,7 @@ import numpy as np
 
 from blazr.errors import InputError, UnsupportedError
 from blazr.models.base import BaseModelArgs, check_weights, weight_uploader
-from blazr.models.hifigan import Generator
+from blazr.models.hifigan import Generator, fold_stage_mean
 from blazr.models.layers.module import Module, Weight, weight
 from blazr.models.vits_duration import DurationPredictor, StochasticDurationPredictor
 from blazr.models.vits_flow import Coupling, fold_flips
@@ -107,7 +107,8 @@ class Model(Module):
     def sanitize(self, weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Training-code layouts -> the ones the layers declare: 1x1 convolutions the text encoder runs as
         matmuls lose their kernel axis, the shared relative embeddings (1, 2W+1, Dh) lose their head axis,
-        LayerNorm gamma/beta become weight/bias, and the flow's flips fold into its couplings."""
+        LayerNorm gamma/beta become weight/bias, the flow's flips fold into its couplings and the decoder's
+        stage means into the convolutions after them."""
         out: dict[str, np.ndarray] = {}
         for name, w in weights.items():
             w = np.asarray(w, dtype=np.float32)
@@ -118,8 +119,10 @@ class Model(Module):
             name = name.removesuffix(".gamma") + ".weight" if name.endswith(".gamma") else name
             name = name.removesuffix(".beta") + ".bias" if name.endswith(".beta") else name
             out[name] = w
+        a = self.args
         try:
-            out |= fold_flips(out, "flow.flows.", self.args.prior_encoder_num_flows)
+            out |= fold_flips(out, "flow.flows.", a.prior_encoder_num_flows)
+            out |= fold_stage_mean(out, "dec.", len(a.upsample_rates), len(a.resblock_kernel_sizes))
         except (KeyError, ValueError):
             pass  # the strict load check names what is missing or misshapen
         return out

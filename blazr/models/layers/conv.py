@@ -83,9 +83,13 @@ class ConvTranspose1d(Module):
         yield weight("weight", "weight", (self.c_in, self.c_out, self.kernel))
         yield weight("bias", "bias", (self.c_out,))
 
-    def __call__(self, x: Array) -> Array:
-        """x (C_in, L) -> (C_out, L_out)."""
-        return self.be.conv_transpose1d(x, self.weight, self.bias, self.stride, self.pad)
+    def __call__(self, x: Array, pre_act: str | None = None, slope: float = 0.01) -> Array:
+        """x (C_in, L) -> (C_out, L_out); act(x) first when pre_act is given (fused into the backend's op)."""
+        if pre_act is None:
+            return self.be.conv_transpose1d(x, self.weight, self.bias, self.stride, self.pad)
+        return self.be.conv_transpose1d(
+            x, self.weight, self.bias, self.stride, self.pad, pre_act=pre_act, slope=slope
+        )
 
 
 class ChannelLayerNorm(Module):
