@@ -183,10 +183,9 @@ def interleave_phases(phases, stride, pad, bias, out):
         add = bias[o] if bias.size else np.float32(0.0)
         for r in range(stride):
             src = phases[r * c_out + o]  # (U,)
-            first = max(
-                0, (pad - r + stride - 1) // stride
-            )  # first u whose column t = u * stride + r - pad >= 0
-            last = min(src.size, (l_out - 1 + pad - r) // stride + 1)  # past the last u with t < l_out
+            # the u whose column t = u * stride + r - pad lies in [0, l_out)
+            first = max(0, (pad - r + stride - 1) // stride)
+            last = min(src.size, (l_out - 1 + pad - r) // stride + 1)
             for u in range(first, last):
                 out[o, u * stride + r - pad] = src[u] + add
 
