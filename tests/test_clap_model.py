@@ -106,3 +106,15 @@ def test_full_size_audio_tower_equals_transformers(backend):
         np.testing.assert_allclose(
             ranker.model.embed_audio(ref["input_features"][i, 0]), ref["audio_embeds"][i], atol=1e-5
         )
+
+
+def test_loading_it_for_another_task_names_sound_review():
+    """A CLAP checkpoint is neither a generator nor an embedder: both say what runs it."""
+    import blazr
+    from blazr.loaders import load_checkpoint
+    from blazr.tasks.embed import Embedder
+
+    with pytest.raises(UnsupportedError, match="sound-text model .CLAP.*blazr sound-review"):
+        blazr.load(str(DATA))
+    with pytest.raises(UnsupportedError, match="sound-text model .CLAP.*blazr sound-review"):
+        Embedder.load(load_checkpoint(DATA))

@@ -332,7 +332,7 @@ def _chosen_task(path: Any, own: str, asked: str | None) -> str:
     if asked not in (None, "embed", "rerank"):
         raise InputError(f"task {asked!r} must be 'embed' or 'rerank'", "task")
     if asked is None or asked == own:
-        if own == "transcribe":
+        if own in ("transcribe", "speak", "review"):
             from blazr.models import wrong_task
 
             raise UnsupportedError(wrong_task(path, own, "embed"))
