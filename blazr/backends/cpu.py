@@ -350,7 +350,7 @@ class Backend(ArrayAPIBackend):
 
 
 def _all_f32(*arrays) -> bool:
-    """Every array given (None skipped) a 2-D or 3-D numpy float32 array."""
+    """Every array given (None skipped) a numpy float32 array."""
     return all(a is None or (isinstance(a, np.ndarray) and a.dtype == np.float32) for a in arrays)
 
 
