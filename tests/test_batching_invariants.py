@@ -1,10 +1,13 @@
-"""Continuous-batching invariants on real models (the tiny random-weight Llama and the real SmolLM2): a batch
-gives each request exactly the tokens it gets alone (greedy and seeded, staggered arrivals, mixed lengths);
-chunked prefill equals one-shot prefill; a prefix-cache hit equals a cold run; preempt-and-recompute equals an
-uninterrupted run; and every KV block is free again afterwards."""
+"""Continuous-batching invariants on real models (the tiny random-weight Llama, float and packed, and the real
+SmolLM2), with the default (int8) activations: a batch gives each request exactly the tokens it gets alone
+(greedy and seeded, staggered arrivals, mixed lengths, random compositions); chunked prefill equals one-shot
+prefill; a prefix-cache hit equals a cold run; preempt-and-recompute equals an uninterrupted run; and every KV
+block is free again afterwards. What makes it hold with int8 activations: the decode lane dots round as the
+prompt GEMM does (blazr.quant.cpu_int8_lanes), and the per-row kernels get contiguous rows (CPUBackend.glu)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from blazr.backends import get_backend
@@ -89,6 +92,36 @@ def test_tiny_llama_invariants():
     check_invariants(make, prompts, shared=list(range(40, 60)), max_tokens=10)
 
 
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_1", "Q5_0"])
+def test_tiny_packed_llama_invariants(tmp_path, qtype):
+    """The tiny Llama packed to a GGUF type: its matmuls take int8 activations (lane dots for a few tokens,
+    the GEMM for 8 or more where the CPU has it), and still every invariant holds exactly."""
+    from tests.test_quant_models import packed_and_dense
+
+    model, _ = packed_and_dense(tmp_path, "llama", qtype, fast=True)
+    assert model.be.int8_activations
+
+    def make(num_ctx=64, **kw):
+        return Engine(model, IdTokenizer(), model.be, num_ctx=num_ctx, **kw)
+
+    prompts = [[1, 17, 99, 3, 250], [1, 64], [1, 5, 9, 11, 13, 17, 19, 23, 29, 31, 37], [1, 2, 3]]
+    check_invariants(make, prompts, shared=list(range(40, 60)), max_tokens=10)
+
+
+def test_glu_rows_do_not_depend_on_the_batch_layout():
+    """The CPU backend's gated products on a strided view (the halves of a fused gate|up matmul, as models pass
+    them) equal those on contiguous rows, row by row, whatever the number of rows."""
+    rng = np.random.default_rng(3)
+    be = get_backend("cpu")
+    fused = (rng.standard_normal((9, 2 * 200)) * 4).astype(np.float32)  # (T, 2F)
+    for kind in ("silu", "gelu_tanh", "gelu"):
+        alone = [be.glu(fused[t : t + 1, :200], fused[t : t + 1, 200:], kind)[0] for t in range(9)]
+        for rows in (2, 3, 9):
+            together = be.glu(fused[:rows, :200], fused[:rows, 200:], kind)
+            for t in range(rows):
+                np.testing.assert_array_equal(together[t], alone[t], err_msg=f"{kind}, {rows} rows, row {t}")
+
+
 def test_tiny_llama_n_choices_share_blocks_and_choice_zero_equals_n_1():
     from blazr.models.llama import Model, ModelArgs
     from tests.tiny_models import tiny_config, tiny_weights
@@ -115,12 +148,7 @@ def test_tiny_llama_n_choices_share_blocks_and_choice_zero_equals_n_1():
 def test_smollm2_invariants(smollm2_gguf):
     import blazr
 
-    llm = blazr.load(str(smollm2_gguf), device="cpu")
-    # Exact float32 activations: with int8 ones, the prompt GEMM and the decode row dots differ in float
-    # summation order (3e-7), and rounding each layer's input to int8 again amplifies that (4.5% of the logits
-    # after 30 layers, measured), so a batch's kernels part from a lone request's at near-ties, as llama.cpp's
-    # do. The engine's invariants are what this checks; float32 keeps kernel differences at rounding level.
-    llm.backend.set_int8_activations(False)
+    llm = blazr.load(str(smollm2_gguf), device="cpu")  # default activations: int8 for its Q4_1 / Q8_0
 
     def make(num_ctx=64, **kw):
         return Engine(llm.model, llm.tokenizer, llm.backend, num_ctx=num_ctx, **kw)
@@ -129,3 +157,37 @@ def test_smollm2_invariants(smollm2_gguf):
     prompts = [llm.tokenize(t) for t in texts]
     system = llm.tokenize("You are a helpful assistant who answers in one short sentence. " * 2)
     check_invariants(make, prompts, shared=system, max_tokens=4)
+
+
+@pytest.mark.registry
+def test_smollm2_random_batch_compositions(smollm2_gguf):
+    """Chat requests in random groups, arriving at random steps: each gets its solo greedy text, token for
+    token (the CPU-speed issue measured 6-7 of 16 before the decode lane dots and contiguous glu rows)."""
+    import random
+
+    import blazr
+
+    llm = blazr.load(str(smollm2_gguf), device="cpu")
+    questions = ["What is 2+2?", "Name three colors.", "Write a haiku about rain.", "Who wrote Hamlet?",
+                 "What do bees make?", "Say hello in French."]  # fmt: skip
+    template = llm.tokenizer.apply_chat_template
+    prompts = [
+        llm.tokenize(template([{"role": "user", "content": q}], add_generation_prompt=True), False)
+        for q in questions
+    ]
+    greedy = SamplingParams(max_tokens=16, temperature=0.0)
+
+    def make(**kw):
+        return Engine(llm.model, llm.tokenizer, llm.backend, num_ctx=128, **kw)
+
+    solo = {
+        f"q{i}": run(make(max_seqs=1), {0: [(f"q{i}", p, greedy)]})[f"q{i}"] for i, p in enumerate(prompts)
+    }
+    pick = random.Random(5)
+    for _ in range(3):
+        chosen = pick.sample(range(len(prompts)), pick.randint(2, len(prompts)))
+        plan: dict[int, list[tuple]] = {}
+        for i in chosen:
+            plan.setdefault(pick.randint(0, 6), []).append((f"q{i}", prompts[i], greedy))
+        got = run(make(max_seqs=8), plan)
+        assert got == {f"q{i}": solo[f"q{i}"] for i in chosen}, f"composition {chosen}"

@@ -216,12 +216,17 @@ def test_accuracy_against_float64(fmt, rng):
 
 @pytest.mark.parametrize("fmt", ["Q4_K", "Q8_0"])
 def test_matmul_switch_picks_the_path(fmt, rng, monkeypatch):
-    """cpu_kernels.matmul: an INT8_FORMATS weight rounds x to int8 (these row dots below the GEMM's token
-    count); int8=False, or a format outside INT8_FORMATS, keeps exact f32 activations."""
+    """cpu_kernels.matmul: an INT8_FORMATS weight rounds x to int8 below the GEMM's token count, with the lane
+    dots (the GEMM's rounding, tests/test_quant_int8_lanes.py) where the CPU has the GEMM, else these row dots;
+    int8=False, or a format outside INT8_FORMATS, keeps exact f32 activations."""
+    from blazr.quant.cpu_int8_lanes import FORMATS as LANE_FORMATS
+
     w = random_weight(fmt, 20, 512, rng)
     x = rng.standard_normal((2, 512)).astype(np.float32)
     exact = x.astype(np.float64) @ dequantize(w.blocks, fmt, w.shape).astype(np.float64).T
     monkeypatch.setattr(cpu_kernels, "INT8_FORMATS", frozenset({fmt}))
+    assert cpu_kernels.path(len(x), fmt, True) == ("int8-lanes" if fmt in LANE_FORMATS else "int8")
+    monkeypatch.setattr(cpu_kernels, "LANE_FORMATS", frozenset())
     assert cpu_kernels.path(len(x), fmt, True) == "int8"
     np.testing.assert_array_equal(cpu_kernels.matmul(x, w), int8_matmul(x, w))
     assert nmse(cpu_kernels.matmul(x, w, int8=False).astype(np.float64), exact) <= NMSE_EXACT

@@ -115,7 +115,11 @@ class Backend(ArrayAPIBackend):
             if module.__name__.endswith("cpu_kernels"):
                 self._numba_pool = True
                 if not self._numba_prefill and self.int8_activations and self._int8_gemm:
-                    self._numba_prefill = module.path(x.shape[0], w.format, True) in ("int8", "int8-gemm")
+                    self._numba_prefill = module.path(x.shape[0], w.format, True) in (
+                        "int8",
+                        "int8-lanes",
+                        "int8-gemm",
+                    )
                 return module.matmul(x, w, int8=self.int8_activations, blas=not self._numba_prefill)  # (T, N)
             return module.matmul(x, w)  # (T, N)
         if (
@@ -245,6 +249,10 @@ class Backend(ArrayAPIBackend):
     def glu(self, gate: Array, up: Array, kind: str) -> Array:
         if self._ops is None or gate.dtype != np.float32 or gate.ndim != 2 or up.dtype != np.float32:
             return super().glu(gate, up, kind)
+        # contiguous rows whatever the caller's view: numba compiles a strided (T > 1 halves of a fused
+        # gate|up matmul) and a contiguous argument (one row) into differently vectorised code, whose exp rounds
+        # differently, and a token's output then depended on its batch
+        gate, up = np.ascontiguousarray(gate), np.ascontiguousarray(up)
         out = np.empty(gate.shape, dtype=np.float32)  # (T, F)
         if kind != "silu":
             if kind not in ACTIVATIONS:

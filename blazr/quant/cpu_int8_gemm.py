@@ -70,7 +70,7 @@ def _task(tag, blocks, xq, dx, xsum, out, start, stop, k):
 
 
 @njit(cache=True, nogil=True)
-def _quantize_padded(x, tp, kp):
+def quantize_padded(x, tp, kp):
     """x (T, K) float32 -> xq (Tp, Kp) int8, dx (Tp, Kp/32) float32 and xsum (Tp, G) float32, the
     dequantized sums of x per 16 values (G: K/16 up to a whole gemm_tile step); padding is 0. Serial and outside the parallel
     function: numba's parfor pass rewrote the padded copies wrongly inside it."""
@@ -95,7 +95,7 @@ def _quantize_padded(x, tp, kp):
 def _matmul(x, blocks, tag, out, rows_per_task):
     t, k = x.shape
     tp, kp = (t + TOKENS - 1) // TOKENS * TOKENS, (k + _STEP - 1) // _STEP * _STEP
-    xq, dx, xsum = _quantize_padded(x, tp, kp)
+    xq, dx, xsum = quantize_padded(x, tp, kp)
     n = blocks.shape[0]
     for task in prange((n + rows_per_task - 1) // rows_per_task):
         start = task * rows_per_task

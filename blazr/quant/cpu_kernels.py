@@ -25,6 +25,8 @@ from blazr.quant.cpu_f32_gemm import matmul_f32_gemm
 from blazr.quant.cpu_int8_dots import INT8_DOTS, matmul_int8
 from blazr.quant.cpu_int8_gemm import FORMATS as GEMM_FORMATS
 from blazr.quant.cpu_int8_gemm import matmul_int8_gemm
+from blazr.quant.cpu_int8_lanes import FORMATS as LANE_FORMATS
+from blazr.quant.cpu_int8_lanes import matmul_int8_lanes
 from blazr.quant.cpu_simd import prefetch
 
 FORMATS: tuple[str, ...] = tuple(DECODERS)
@@ -139,6 +141,8 @@ def matmul(x: np.ndarray, w: QuantWeight | QuantRowStack, int8: bool = True, bla
     kernel = path(x.shape[0], w.format, int8, blas)
     if kernel == "int8":
         matmul_int8(x, w.blocks, tag, out, _rows_per_task(n))
+    elif kernel == "int8-lanes":
+        matmul_int8_lanes(x, w.blocks, tag, out, _rows_per_task(n))
     elif kernel == "int8-gemm":
         matmul_int8_gemm(x, w.blocks, tag, out, get_num_threads())
     elif kernel == "fused":
@@ -165,7 +169,10 @@ def path(tokens: int, fmt: str, int8: bool, blas: bool = True) -> str:
         # int8 x for every token count, so that a token rounds the same alone and in any batch: without an
         # int8 GEMM (no VNNI or AVX2) prompts take the row dots, slower than sgemm, which is why the
         # backend asks for int8 there only on --dtype q8 (blazr.backends.cpu)
-        return "int8-gemm" if tokens >= INT8_GEMM_MIN_TOKENS and fmt in GEMM_FORMATS else "int8"
+        if fmt in GEMM_FORMATS and fmt in LANE_FORMATS:
+            # few tokens take the lane dots, which round exactly as the GEMM: batch-invariant output
+            return "int8-gemm" if tokens >= INT8_GEMM_MIN_TOKENS else "int8-lanes"
+        return "int8"
     if tokens <= FUSED_MAX_TOKENS and fmt in DOTS:
         return "fused"
     if tokens < GEMM_MIN_TOKENS:
