@@ -95,7 +95,9 @@ def test_tiny_llama_invariants():
 @pytest.mark.parametrize("qtype", ["Q8_0", "Q4_1"])
 def test_tiny_packed_llama_invariants(tmp_path, qtype):
     """The tiny Llama packed to a GGUF type: its matmuls take int8 activations (lane dots for a few tokens,
-    the GEMM for 8 or more where the CPU has it), and still every invariant holds exactly."""
+    the GEMM from cpu_kernels.int8_gemm_min_tokens where the CPU has it: 6 tokens, Q8_0's 28), and still every
+    invariant holds exactly. The shared prefix is 32 tokens, so the cold prompt takes Q8_0's GEMM too."""
+    from blazr.quant import cpu_kernels
     from tests.test_quant_models import packed_and_dense
 
     model, _ = packed_and_dense(tmp_path, "llama", qtype, fast=True)
@@ -105,7 +107,9 @@ def test_tiny_packed_llama_invariants(tmp_path, qtype):
         return Engine(model, IdTokenizer(), model.be, num_ctx=num_ctx, **kw)
 
     prompts = [[1, 17, 99, 3, 250], [1, 64], [1, 5, 9, 11, 13, 17, 19, 23, 29, 31, 37], [1, 2, 3]]
-    check_invariants(make, prompts, shared=list(range(40, 60)), max_tokens=10)
+    shared = list(range(40, 72))
+    assert len(shared) + len(prompts[1]) >= cpu_kernels.int8_gemm_min_tokens(qtype)
+    check_invariants(make, prompts, shared=shared, max_tokens=10)
 
 
 def test_glu_rows_do_not_depend_on_the_batch_layout():
@@ -191,3 +195,38 @@ def test_smollm2_random_batch_compositions(smollm2_gguf):
             plan.setdefault(pick.randint(0, 6), []).append((f"q{i}", prompts[i], greedy))
         got = run(make(max_seqs=8), plan)
         assert got == {f"q{i}": solo[f"q{i}"] for i in chosen}, f"composition {chosen}"
+
+
+def test_decode_attention_is_the_same_on_the_parallel_kernel():
+    """A decode step of many sequences attends on the parallel (prefill) kernel, a few on the serial one
+    (CPUBackend.attention): every query's output must be bit for bit the same on both, so a sequence's
+    tokens do not depend on how many others share its step."""
+    from blazr.backends import cpu, cpu_attention
+
+    rng = np.random.default_rng(8)
+    block = 16
+    for batch, heads, kv_heads, dh, window, softcap in [(16, 9, 3, 64, 0, 0.0), (9, 8, 2, 128, 7, 0.0),
+                                                        (8, 4, 4, 80, 0, 30.0)]:  # fmt: skip
+        ctx = rng.integers(1, 90, batch).astype(np.int32)  # (B,) keys per sequence, its query's included
+        blocks = int(sum(-(-c // block) for c in ctx))
+        order = rng.permutation(blocks)  # scattered blocks, as a pool hands them out
+        tables = np.zeros((batch, -(-90 // block)), dtype=np.int32)  # (B, max_blocks)
+        used = 0
+        for b in range(batch):
+            n = -(-int(ctx[b]) // block)
+            tables[b, :n], used = order[used : used + n], used + n
+        k_cache = rng.standard_normal((blocks * block, kv_heads, dh)).astype(np.float32)  # (S, Hkv, Dh)
+        v_cache = rng.standard_normal((blocks * block, kv_heads, dh)).astype(np.float32)  # (S, Hkv, Dh)
+        q = rng.standard_normal((batch, heads, dh)).astype(np.float32)  # (B, H, Dh)
+        q_lens = np.ones(batch, dtype=np.int32)  # (B,)
+        scale = np.float32(dh**-0.5)
+        args = (q, k_cache, v_cache, tables, ctx, q_lens, block, scale, window, np.float32(softcap))
+        serial, parallel = np.empty_like(q), np.empty_like(q)
+        assert cpu_attention.attention_decode(*args, serial)
+        cpu_attention.attention_prefill(*args, cpu_attention.NO_ALIBI, parallel)
+        np.testing.assert_array_equal(parallel, serial, err_msg=f"{batch} sequences, {heads} heads, {dh}")
+        backend = get_backend("cpu")
+        backend._numba_prefill = True  # as a model whose matmuls run on numba's pool
+        assert batch >= cpu.PARALLEL_DECODE_SEQS
+        got = backend.attention(q, k_cache, v_cache, tables, ctx, q_lens, block, dh**-0.5, window, softcap)
+        np.testing.assert_array_equal(got, serial)

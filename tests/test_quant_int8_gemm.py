@@ -209,13 +209,15 @@ def test_q8_0_gemm_equals_the_int8_row_dots(t, rng):
 
 @pytest.mark.parametrize("fmt", ["Q4_K", "Q8_0"])
 def test_matmul_takes_the_gemm_for_prompts(fmt, rng):
-    """cpu_kernels.matmul: from INT8_GEMM_MIN_TOKENS tokens an INT8_FORMATS weight (Q8_0 too, as llama.cpp
-    rounds x for it) takes the int8 GEMM where the CPU has one (else the int8 row dots: x is rounded the same
-    way for every token count); int8=False keeps exact float activations for every format."""
+    """cpu_kernels.matmul: from int8_gemm_min_tokens(fmt) tokens an INT8_FORMATS weight (Q8_0 too, as
+    llama.cpp rounds x for it) takes the int8 GEMM where the CPU has one, the lane dots a token fewer (else the
+    int8 row dots: x is rounded the same way for every token count); int8=False keeps exact float
+    activations for every format."""
     assert fmt in cpu_kernels.INT8_FORMATS
-    tokens = cpu_kernels.INT8_GEMM_MIN_TOKENS
+    tokens = cpu_kernels.int8_gemm_min_tokens(fmt)
     want = ("int8-gemm" if AVAILABLE else "int8") if fmt in cpu_kernels.INT8_FORMATS else "sgemm"
     assert cpu_kernels.path(max(tokens, cpu_kernels.GEMM_MIN_TOKENS), fmt, True) == want
+    assert cpu_kernels.path(tokens - 1, fmt, True) == ("int8-lanes" if AVAILABLE else "int8")
     assert cpu_kernels.path(cpu_kernels.GEMM_MIN_TOKENS, fmt, False) == "sgemm"
     w = random_weight(fmt, 20, 512, rng)
     x = rng.standard_normal((tokens, 512)).astype(np.float32)

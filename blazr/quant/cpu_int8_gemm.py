@@ -52,11 +52,19 @@ def _task(tag, blocks, xq, dx, xsum, out, start, stop, k):
     groups = xsum.shape[1]
     nrows = stop - start
     rp = (nrows + ROWS - 1) // ROWS * ROWS
-    q = np.zeros((rp, kp), dtype=np.uint8)  # (Rp, Kp) unpacked rows; padding rows and columns stay 0
-    ws = np.zeros((rp, kp // 4), dtype=np.float32)  # (Rp, Kp/4) scale per 4 values
-    mins = np.zeros((rp, groups), dtype=np.float32)  # (Rp, G) offset per 16 values
+    # Scratch (unpack_row fills a row's first K values), padding rows and columns zeroed: not whole arrays
+    # of np.zeros, whose memset was a pass over the scratch as costly as a tenth of the call at a few tokens
+    q = np.empty((rp, kp), dtype=np.uint8)  # (Rp, Kp) unpacked rows
+    ws = np.empty((rp, kp // 4), dtype=np.float32)  # (Rp, Kp/4) scale per 4 values
+    mins = np.empty((rp, groups), dtype=np.float32)  # (Rp, G) offset per 16 values
     for i in range(nrows):
         unpack_row(tag, blocks[start + i], q[i, :k], ws[i, : k // 4], mins[i, : k // 16])
+        q[i, k:] = 0
+        ws[i, k // 4 :] = 0
+        mins[i, k // 16 :] = 0
+    q[nrows:] = 0
+    ws[nrows:] = 0
+    mins[nrows:] = 0
     acc = np.empty((tp, rp), dtype=np.float32)  # (Tp, Rp)
     chunk = max(TOKENS, X_CHUNK_BYTES // kp // TOKENS * TOKENS)
     for t_start in range(0, tp, chunk):

@@ -35,15 +35,24 @@ FORMATS: tuple[str, ...] = tuple(DECODERS)
 GEMM_MIN_TOKENS = 12
 # Up to this many tokens, formats with a direct dot (blazr.quant.cpu_dots) skip the decoded scratch row.
 FUSED_MAX_TOKENS = 1
-# Up to INT8_MAX_TOKENS tokens, weights of INT8_FORMATS (any of cpu_int8_dots.INT8_DOTS) round x to int8 per
-# 32 values and use integer SIMD dots: 2.4-3.4x less CPU time for one token, 1.2-1.9x for 4, 1.0-1.5x for 8
-# ((2048, 2048) weights, one thread). It changes results by about 3e-5 NMSE (tests/test_quant_int8.py).
-# From INT8_GEMM_MIN_TOKENS tokens they take the int8 GEMM where the CPU has it (cpu_int8_gemm.FORMATS is
-# empty without VNNI or AVX2): it unpacks every row once per call, which (8192, 2048) Q4_K/Q6_K weights paid
-# back from 8 tokens. The two ranges meet, so no token count mixes float32 x into an int8 model (see `path`, and
-# docs/architecture.md on why a batch's kernels can still part from a lone request's at near-ties).
-INT8_GEMM_MIN_TOKENS = 8
-INT8_MAX_TOKENS = INT8_GEMM_MIN_TOKENS - 1
+# Weights of INT8_FORMATS (any of cpu_int8_dots.INT8_DOTS) round x to int8 per 32 values and use integer SIMD
+# dots: 2.4-3.4x less CPU time than float32 x for one token. It changes results by about 3e-5 NMSE
+# (tests/test_quant_int8.py). Where the CPU has the int8 GEMM (cpu_int8_gemm.FORMATS is empty without VNNI or
+# AVX2), few tokens take the lane dots and from INT8_GEMM_MIN_TOKENS tokens the GEMM; both round a token
+# bit for bit alike, so the switch is a speed choice only. The GEMM unpacks every row once per call and then
+# runs a denser tile; the lane dots read the packed rows once per token. Crossovers measured with
+# benchmarks/bench_int8_crossover.py (a whole model's matmuls, 2 threads, Intel Xeon with AVX-512 VNNI; see
+# docs/performance.md): 4-6 tokens for the 4- to 6-bit formats (SmolLM2's Q4_1, Qwen2.5-0.5B's Q5_0, Q4_K and
+# Q6_K), 26-32 for Q8_0, whose unpacking saves nothing (its bytes are the values) yet costs a copy.
+INT8_GEMM_MIN_TOKENS = 6
+INT8_GEMM_MIN_TOKENS_BY_FORMAT = {"Q8_0": 28}
+
+
+def int8_gemm_min_tokens(fmt: str) -> int:
+    """From this many tokens a weight of format `fmt` takes the int8 GEMM rather than the lane dots."""
+    return INT8_GEMM_MIN_TOKENS_BY_FORMAT.get(fmt, INT8_GEMM_MIN_TOKENS)
+
+
 # Q8_0 among them, as llama.cpp does: its GEMM tile takes the signed weight bytes exactly (cpu_gemm_simd), so a
 # Q8_0 tensor (the tied embedding / LM head of many Q4_K_M files) no longer runs float32 x at a third the speed.
 INT8_FORMATS: frozenset[str] = frozenset(INT8_DOTS)
@@ -159,7 +168,7 @@ def matmul(x: np.ndarray, w: QuantWeight | QuantRowStack, int8: bool = True, bla
 
 def path(tokens: int, fmt: str, int8: bool, blas: bool = True) -> str:
     """The kernel matmul runs for `tokens` rows of x and weights of format `fmt`: "int8" (row dots with int8
-    x), "int8-gemm" (cpu_int8_gemm), "fused" (direct float dots), "rows" (decoded row dots), all on numba's
+    x), "int8-lanes" (cpu_int8_lanes), "int8-gemm" (cpu_int8_gemm), "fused" (direct float dots), "rows" (decoded row dots), all on numba's
     thread pool, or "sgemm" (decoded tiles times BLAS sgemm, on BLAS's pool) unless blas=False, which takes
     "f32-gemm" (cpu_f32_gemm, float32 tiles on numba's pool) instead: in a model whose prompts otherwise run
     the int8 GEMM (a float-only tensor, IQ4_NL say, among Q5_0 ones; Q8_0 was one until it took int8 x), one
@@ -171,7 +180,7 @@ def path(tokens: int, fmt: str, int8: bool, blas: bool = True) -> str:
         # backend asks for int8 there only on --dtype q8 (blazr.backends.cpu)
         if fmt in GEMM_FORMATS and fmt in LANE_FORMATS:
             # few tokens take the lane dots, which round exactly as the GEMM: batch-invariant output
-            return "int8-gemm" if tokens >= INT8_GEMM_MIN_TOKENS else "int8-lanes"
+            return "int8-gemm" if tokens >= int8_gemm_min_tokens(fmt) else "int8-lanes"
         return "int8"
     if tokens <= FUSED_MAX_TOKENS and fmt in DOTS:
         return "fused"

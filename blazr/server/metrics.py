@@ -3,6 +3,8 @@ over the process-global default registry."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -61,6 +63,40 @@ class Metrics:
         self.loaded_models = Gauge("blazr_models_loaded", "Models loaded in memory", registry=r)
         self.model_loads_total = Counter("blazr_scheduler_loads", "Model loads", registry=r)
         self.model_evictions_total = Counter("blazr_scheduler_evictions", "Model evictions", registry=r)
+        # The generation engines' state, read at each scrape (vLLM's num_requests_running / _waiting and KV
+        # usage): how full the paged KV pool is and how many sequences run or wait, per loaded model
+        self.kv_blocks_used = Gauge(
+            "blazr_kv_cache_blocks_used", "KV cache blocks held by sequences", ["model"], registry=r
+        )
+        self.kv_blocks_total = Gauge("blazr_kv_cache_blocks", "KV cache blocks in the pool", ["model"], registry=r)
+        self.kv_utilization = Gauge(
+            "blazr_kv_cache_utilization_ratio",
+            "Share of the KV cache pool's blocks held by sequences (0..1)",
+            ["model"],
+            registry=r,
+        )
+        self.running = Gauge(
+            "blazr_num_requests_running", "Sequences in the engine's running batch", ["model"], registry=r
+        )
+        self.waiting = Gauge(
+            "blazr_num_requests_waiting", "Sequences waiting for the engine (queued or preempted)", ["model"],
+            registry=r,
+        )  # fmt: skip
+
+    def observe_engines(self, engines: dict[str, Any]) -> None:
+        """Set the engine gauges from each generation model's Engine (name -> blazr.engine.Engine); models no
+        longer loaded drop out. Plain reads of the engine thread's counters: a scrape sees one recent step."""
+        gauges = (self.kv_blocks_used, self.kv_blocks_total, self.kv_utilization, self.running, self.waiting)
+        for gauge in gauges:
+            gauge.clear()
+        for name, engine in engines.items():
+            total = engine.pool.num_blocks
+            used = total - engine.pool.num_free
+            self.kv_blocks_used.labels(name).set(used)
+            self.kv_blocks_total.labels(name).set(total)
+            self.kv_utilization.labels(name).set(used / total)
+            self.running.labels(name).set(len(engine.scheduler.running))
+            self.waiting.labels(name).set(len(engine.scheduler.waiting))
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""

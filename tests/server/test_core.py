@@ -4,6 +4,7 @@ parsing, model lookup (no escaping the model directory, broken files) and the ge
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import threading
 
@@ -187,6 +188,42 @@ async def test_metrics_after_a_request(probe_app):
     assert "blazr_time_to_first_token_seconds_count 1.0" in text
     assert "blazr_inter_token_latency_seconds_count 2.0" in text
     assert "blazr_models_loaded 1.0" in text and "blazr_queue_depth 0.0" in text
+    # the request finished: its KV blocks are free again (kept only as prefix cache), nothing runs or waits
+    assert 'blazr_kv_cache_blocks_used{model="tiny.gguf"} 0.0' in text
+    assert 'blazr_kv_cache_utilization_ratio{model="tiny.gguf"} 0.0' in text
+    assert 'blazr_num_requests_running{model="tiny.gguf"} 0.0' in text
+    assert 'blazr_num_requests_waiting{model="tiny.gguf"} 0.0' in text
+    assert re.search(r'blazr_kv_cache_blocks\{model="tiny.gguf"\} [1-9]', text)
+
+
+def test_engine_gauges_follow_the_kv_pool_and_the_queues():
+    """Metrics.observe_engines mid-generation: a running sequence's blocks count as used, a request beyond
+    max_seqs waits, and an unloaded model's series disappear."""
+    from blazr.backends import get_backend
+    from blazr.engine import Engine, SamplingParams
+    from blazr.models.llama import Model, ModelArgs
+    from blazr.server.metrics import Metrics
+    from tests.test_batching_invariants import IdTokenizer
+    from tests.tiny_models import tiny_config, tiny_weights
+
+    model = Model(ModelArgs.from_dict(tiny_config("llama")), get_backend("cpu"), "f32")
+    model.load_weights(model.sanitize(tiny_weights("llama")))
+    engine = Engine(model, IdTokenizer(), model.be, num_ctx=64, max_seqs=1, block_size=16)
+    params = SamplingParams(max_tokens=4, temperature=0.0)
+    engine.add_request("a", list(range(1, 21)), params)  # 20 tokens: two blocks of 16
+    engine.add_request("b", [1, 2, 3], params)
+    engine.step()
+    metrics = Metrics()
+    metrics.observe_engines({"tiny": engine})
+    text = metrics.render().decode()
+    total = engine.pool.num_blocks
+    assert f'blazr_kv_cache_blocks{{model="tiny"}} {float(total)}' in text
+    assert 'blazr_kv_cache_blocks_used{model="tiny"} 2.0' in text
+    assert f'blazr_kv_cache_utilization_ratio{{model="tiny"}} {2 / total}' in text
+    assert 'blazr_num_requests_running{model="tiny"} 1.0' in text
+    assert 'blazr_num_requests_waiting{model="tiny"} 1.0' in text
+    metrics.observe_engines({})
+    assert 'model="tiny"' not in metrics.render().decode()
 
 
 async def test_openapi_lists_every_route(probe_app):

@@ -15,5 +15,7 @@ bp = Blueprint("metrics", __name__)
 @documented(stream=CONTENT_TYPE.split(";")[0], summary="Prometheus metrics")
 async def metrics():
     state = current_state()
-    state.metrics.loaded_models.set(len(state.models.loaded()))
+    loaded = state.models.loaded()
+    state.metrics.loaded_models.set(len(loaded))
+    state.metrics.observe_engines({m.name: m.llm.engine for m in loaded if m.task == "generate"})
     return Response(state.metrics.render(), content_type=CONTENT_TYPE)
