@@ -76,8 +76,8 @@ class LLM:
         """Load a model by path or name (catalog models are pulled on first use), or an opened Checkpoint, onto `device`.
         num_ctx defaults to min(2048, the model's context length). speculative="ngram" turns on prompt-lookup
         speculative decoding; draft_model (a path or name of a smaller model with the same vocabulary)
-        turns on draft-model speculative decoding. kv_cache_mb caps the paged KV pool (default: room for
-        max_seqs full contexts)."""
+        turns on draft-model speculative decoding. kv_cache_mb sizes the paged KV pool (default: room for
+        max_seqs full contexts, on the CPU at most a quarter of the RAM available at load)."""
         from blazr.backends import get_backend
         from blazr.loaders import open_model
         from blazr.models import build_model, model_task, wrong_task

@@ -48,7 +48,7 @@ class InferenceSettings:
     )
     chat_template: str | None = None  # (optional) built-in template name or a template file
     kv_cache_mb: int | None = (
-        None  # (optional) KV-cache memory budget; unset: room for every sequence's num_ctx
+        None  # (optional) KV-cache memory budget; unset: every sequence's num_ctx, <= 1/4 of free RAM on cpu
     )
     task: str | None = None  # (optional) rerank: serve a causal LM as a yes/no reranker (Qwen3-Reranker)
 

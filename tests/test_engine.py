@@ -148,6 +148,27 @@ def test_tiny_llama_pool_from_bytes_matches_its_cache_layout():
     assert engine.pool.num_blocks == 10
 
 
+def test_default_cpu_pool_stays_within_its_share_of_the_available_ram(monkeypatch):
+    """Unset num_blocks and kv_cache_bytes: max_seqs full contexts, capped on the CPU at DEFAULT_KV_RAM_SHARE
+    of the available RAM, never below one full context."""
+    from blazr.engine import runner
+
+    model = tiny_llama()
+    per_block = runner.cache_bytes_per_block(model, 16)
+    monkeypatch.setattr(runner, "available_ram_bytes", lambda: None)  # unknown: no cap
+    assert Engine(model, FakeTokenizer(), model.be, num_ctx=64, max_seqs=8).pool.num_blocks == 8 * 4
+    ram = int(10 * per_block / runner.DEFAULT_KV_RAM_SHARE)
+    monkeypatch.setattr(runner, "available_ram_bytes", lambda: ram)  # room for 10 blocks
+    assert Engine(model, FakeTokenizer(), model.be, num_ctx=64, max_seqs=8).pool.num_blocks == 10
+    assert Engine(model, FakeTokenizer(), model.be, num_ctx=64, max_seqs=2).pool.num_blocks == 8
+    monkeypatch.setattr(runner, "available_ram_bytes", lambda: per_block)  # under one context: one context
+    assert Engine(model, FakeTokenizer(), model.be, num_ctx=64, max_seqs=8).pool.num_blocks == 4
+    explicit = Engine(model, FakeTokenizer(), model.be, num_ctx=64, kv_cache_bytes=per_block * 12)
+    assert explicit.pool.num_blocks == 12  # an explicit budget is taken as it is
+    monkeypatch.undo()
+    assert runner.available_ram_bytes() > 0  # this machine's own reading
+
+
 # ---- engine with the fake model --------------------------------------------------------------------------
 
 

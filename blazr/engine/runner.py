@@ -3,6 +3,7 @@ Also sizes the KV pool, since the runner owns the model's cache arrays."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,29 @@ def cache_bytes_per_block(model: Any, block_size: int) -> int:
     return max(total, 1)
 
 
+# The default KV pool on the CPU takes at most this share of the RAM available when the model loads (the
+# pool's pages are touched as blocks are first used, and the prefix cache keeps freed blocks' content, so a
+# long-running server's pool ends up resident whole): like llama.cpp's and Ollama's fixed context budgets, it
+# keeps a large num_ctx times max_seqs from promising more than the machine has. Past it, sequences queue or
+# are preempted; kv_cache_bytes (--kv-cache-mb) sets the size outright.
+DEFAULT_KV_RAM_SHARE = 0.25
+
+
+def available_ram_bytes() -> int | None:
+    """RAM the OS could give now (Linux: MemAvailable), else the physical total, else None (unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
 def kv_pool_blocks(
     model: Any,
     num_ctx: int,
@@ -40,14 +64,20 @@ def kv_pool_blocks(
     num_blocks: int | None = None,
     kv_cache_bytes: int | None = None,
 ) -> int:
-    """Pool size: `num_blocks`, else what `kv_cache_bytes` holds, else `max_seqs` full contexts. It must hold
-    at least one sequence of num_ctx tokens, so one sequence always runs (others are preempted)."""
+    """Pool size: `num_blocks`, else what `kv_cache_bytes` holds, else `max_seqs` full contexts, on the CPU
+    within DEFAULT_KV_RAM_SHARE of the available RAM. It must hold at least one sequence of num_ctx tokens, so
+    one sequence always runs (others are preempted)."""
     per_seq = blocks_needed(num_ctx, block_size)
     source = "num_blocks"
     if num_blocks is None and kv_cache_bytes is not None:
         num_blocks, source = kv_cache_bytes // cache_bytes_per_block(model, block_size), "kv_cache_bytes"
     if num_blocks is None:
-        return max_seqs * per_seq
+        full = max_seqs * per_seq
+        ram = available_ram_bytes() if getattr(getattr(model, "be", None), "name", "") == "cpu" else None
+        if ram is None:
+            return full
+        budget = int(ram * DEFAULT_KV_RAM_SHARE) // cache_bytes_per_block(model, block_size)
+        return max(per_seq, min(full, budget))
     if num_blocks < per_seq:
         raise ConfigError(
             f"the KV cache ({source}) holds {num_blocks} blocks of {block_size} tokens but one sequence of "
