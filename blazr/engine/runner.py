@@ -37,7 +37,8 @@ def cache_bytes_per_block(model: Any, block_size: int) -> int:
 # pool's pages are touched as blocks are first used, and the prefix cache keeps freed blocks' content, so a
 # long-running server's pool ends up resident whole): like llama.cpp's and Ollama's fixed context budgets, it
 # keeps a large num_ctx times max_seqs from promising more than the machine has. Past it, sequences queue or
-# are preempted; kv_cache_bytes (--kv-cache-mb) sets the size outright.
+# are preempted; kv_cache_bytes (--kv-cache-mb) sets the size outright. A GPU backend's pool lives in device
+# memory and is not capped by the host's RAM.
 DEFAULT_KV_RAM_SHARE = 0.25
 
 

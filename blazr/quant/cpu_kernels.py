@@ -168,8 +168,8 @@ def matmul(x: np.ndarray, w: QuantWeight | QuantRowStack, int8: bool = True, bla
 
 def path(tokens: int, fmt: str, int8: bool, blas: bool = True) -> str:
     """The kernel matmul runs for `tokens` rows of x and weights of format `fmt`: "int8" (row dots with int8
-    x), "int8-lanes" (cpu_int8_lanes), "int8-gemm" (cpu_int8_gemm), "fused" (direct float dots), "rows" (decoded row dots), all on numba's
-    thread pool, or "sgemm" (decoded tiles times BLAS sgemm, on BLAS's pool) unless blas=False, which takes
+    x), "int8-lanes" (cpu_int8_lanes), "int8-gemm" (cpu_int8_gemm), "fused" (direct float dots), "rows"
+    (decoded row dots), all on numba's thread pool, or "sgemm" (decoded tiles times BLAS sgemm, on BLAS's pool) unless blas=False, which takes
     "f32-gemm" (cpu_f32_gemm, float32 tiles on numba's pool) instead: in a model whose prompts otherwise run
     the int8 GEMM (a float-only tensor, IQ4_NL say, among Q5_0 ones; Q8_0 was one until it took int8 x), one
     sgemm woke OpenBLAS's spinning threads against numba's (0.5B Q4_K_M shape: prefill 1.17 s, 0.62 s with
