@@ -19,6 +19,7 @@ from typing import Any
 
 from blazr.engine.engine import Engine
 from blazr.engine.request import SamplingParams
+from blazr.engine.warm_up import FILLER_TEXT, warm_engine
 from blazr.errors import UnsupportedError
 
 DEFAULT_NUM_CTX = 2048
@@ -141,6 +142,11 @@ class LLM:
 
     def tokenize(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+
+    def warm_up(self) -> None:
+        """Run each kernel path once (long and short prompts, one and several sequences decoding), so that
+        the first request finds its kernels compiled (blazr.engine.warm_up)."""
+        warm_engine(self.engine, self.tokenize(FILLER_TEXT, add_special_tokens=False))
 
     def detokenize(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)

@@ -359,6 +359,7 @@ def test_pull_catalog_model_into_a_dir(models, tmp_path):
     assert result.stdout.strip() == str(out / SMOLLM2_FILE)
     assert (out / SMOLLM2_FILE).stat().st_size == 98_362_432
     assert "pulled smollm2-135m-instruct" in result.stderr
+    assert "kernels ready" in result.stderr  # the warm-up ran (blazr.engine.warm_up)
     assert [p.name for p in out.iterdir()] == [SMOLLM2_FILE]  # no temp files left behind
 
 

@@ -12,6 +12,8 @@ References, as for the decode kernels (tests/test_quant_int8.py, which derives t
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -194,9 +196,11 @@ def test_q8_0_gemm_equals_the_int8_row_dots(t, rng):
     N odd; -128 and 127 weight bytes included."""
     for n, k in [(7, 96), (33, 800), (5, 4096 + 32)]:
         w = random_weight("Q8_0", n, k, rng)
-        blk = w.blocks.reshape(n, k // 32, 34)
+        blocks = w.blocks.copy()  # a QuantWeight's blocks are read-only
+        blk = blocks.reshape(n, k // 32, 34)
         blk[0, :, 2:] = 0x80  # a row of -128 weights
         blk[n - 1, 0, 2:34:2] = 0x7F
+        w = dataclasses.replace(w, blocks=blocks)
         x = rng.standard_normal((t, k)).astype(np.float32)
         x[0, :32] = [-1.0, 1.0] * 16  # rounds to -127 and 127
         terms = q8_0_lane_terms(x, w)  # (T, N, K/4)

@@ -4,6 +4,7 @@ getting a model into it."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,8 +12,8 @@ import typer
 
 from blazr.commands import options as o
 from blazr.commands.output import note
-from blazr.config import load_settings, resolve_model_dir
-from blazr.errors import ConfigError, ModelNotFoundError
+from blazr.config import Settings, load_settings, resolve_model_dir
+from blazr.errors import BlazrError, ConfigError, ModelNotFoundError
 from blazr.loaders import registry
 from blazr.model_dir import (
     ModelEntry,
@@ -200,9 +201,17 @@ def pull(
         typer.Option("--output", "-o", help="Directory to put it in (default: the model directory)"),
     ] = None,
     model_dir: o.ModelDir = None,
+    warm_up: Annotated[
+        bool,
+        typer.Option(
+            "--warm-up/--no-warm-up",
+            help="Compile the CPU kernels the model uses now, so its first request does not wait for them",
+        ),
+    ] = True,
 ) -> None:
     """Download a model into the model directory and print where it went."""
-    directory = output.expanduser() if output is not None else resolve_model_dir(load_settings(), model_dir)
+    settings = load_settings()
+    directory = output.expanduser() if output is not None else resolve_model_dir(settings, model_dir)
     entry = registry.lookup(name)
     if entry is not None:
         if file is not None:
@@ -218,5 +227,30 @@ def pull(
         raise ModelNotFoundError(
             f"{name!r} is neither a catalog model ({catalog}) nor a Hugging Face repo id (owner/name)"
         )
+    if warm_up:
+        warm_kernels(path, settings)
     print(path)
     sys.stdout.flush()
+
+
+def warm_kernels(path: Path, settings: Settings) -> None:
+    """Load the model as `blazr serve` would and run its warm-up (blazr.engine.warm_up): numba compiles each
+    kernel path into its on-disk cache, kept per CPU, and the model's first request on this machine then
+    starts in about a second instead of after ~20 s of compiling. Only the numba CPU backend compiles per
+    machine ahead of use, so other devices, and speech models (whose kernels compile on first use), skip it."""
+    from blazr.backends.cpu import HAS_NUMBA
+    from blazr.loaders.whisper_formats import whisper_format
+    from blazr.server.state import load_for_serving
+    from blazr.tasks.speak import is_voice
+
+    if settings.device != "cpu" or not HAS_NUMBA or whisper_format(path) is not None or is_voice(path):
+        return
+    start = time.monotonic()
+    note("compiling the CPU kernels this model uses, for this CPU (once; --no-warm-up skips it)")
+    try:
+        model = load_for_serving(path, settings)
+        model.warm_up()
+    except BlazrError as error:  # the download stands; say why the model will not run here
+        note(f"warning: {path} was downloaded but does not load: {error}")
+        return
+    note(f"kernels ready in {time.monotonic() - start:.1f} s")

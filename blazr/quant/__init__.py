@@ -103,6 +103,14 @@ class QuantWeight:
             )
         if self.perm is not None and (self.perm.shape != (k,) or self.perm.dtype != np.int32):
             raise CheckpointError(f"{self.format} weight of {k} columns has a bad column order {self.perm!r}")
+        if self.blocks.flags.writeable:
+            # numba compiles a kernel once per argument type, and a writable array is another type than the
+            # read-only one a memory-mapped file gives: a model mixing mapped and fused (copied) weights
+            # compiled every packed kernel twice (~2.5 s a kernel on a first start). A read-only view of
+            # its own leaves the caller's array as it was.
+            blocks = self.blocks.view()
+            blocks.flags.writeable = False
+            object.__setattr__(self, "blocks", blocks)
 
     @property
     def nbytes(self) -> int:

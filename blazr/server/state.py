@@ -156,18 +156,14 @@ def load_for_serving(path: Path, settings: Settings) -> Any:
 
 
 def warm_up(llm: Any) -> None:
-    """One 1-token generation (or one embedding, or one pair scored): pays first-run costs (kernel caches,
-    page faults) before the first request. Run on the engine's own thread: numba's OpenMP pool serves later
-    steps ~20% slower when its parallel regions were first opened from another thread (measured on SmolLM2
-    Q4_1 decode)."""
+    """Pay first-run costs (numba compiling each kernel path, page faults) before the first request: a
+    generation model runs long and short prompts and a batch of decodes, an encoder a short and a long text
+    (LLM.warm_up, Embedder.warm_up). Run on the engine's own thread: numba's OpenMP pool serves later steps
+    ~20% slower when its parallel regions were first opened from another thread (measured on SmolLM2 Q4_1
+    decode)."""
     if llm.task in ("transcribe", "speak"):
         return  # one window is seconds on a large Whisper; loading it already read and checked each weight
-    if llm.task == "embed":
-        llm.embed(["Hello"])
-    elif llm.task == "rerank":
-        llm.rerank("Hello", ["Hello"])
-    else:
-        llm.generate(llm.tokenize("Hello")[:4] or [0], max_tokens=1, temperature=0.0)
+    llm.warm_up()
 
 
 def start_runner(llm: Any) -> Any:

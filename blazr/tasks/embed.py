@@ -175,6 +175,17 @@ class Embedder:
         normalize = self.modules.normalize if normalize is None else normalize
         return unit_rows(vectors) if normalize else vectors
 
+    def warm_up(self) -> None:
+        """Embed (or score) a short and a long text once, so the first request finds the kernels of both
+        paths compiled (blazr.engine.warm_up)."""
+        from blazr.engine.warm_up import FILLER_TEXT
+
+        long_text = FILLER_TEXT * 2  # ~40 tokens: past every format's GEMM crossover
+        if self.task == "rerank":
+            self.rerank("Hello", ["Hello", long_text])
+        else:
+            self.embed(["Hello", long_text])
+
     # ---- reranking ----------------------------------------------------------------------------------------
 
     def rerank(
