@@ -235,3 +235,26 @@ def modernbert_weights(cfg: dict, normal: Normal) -> dict[str, np.ndarray]:
     norm("head.norm")
     out["classifier.weight"], out["classifier.bias"] = normal(1, d, scale=1.0), normal(1, scale=0.1)
     return out
+
+
+def nomic_weights(cfg: dict, normal: Normal) -> dict[str, np.ndarray]:
+    """NomicBERT's tensors as nomic's hub checkpoints name them (transformers renames them at load)."""
+    d, f, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    out = {
+        "embeddings.word_embeddings.weight": normal(v, d, scale=0.5),
+        "embeddings.token_type_embeddings.weight": normal(cfg["type_vocab_size"], d, scale=0.3),
+        "emb_ln.weight": 1 + normal(d, scale=0.1),
+        "emb_ln.bias": normal(d, scale=0.1),
+    }
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"encoder.layers.{i}."
+        out[p + "attn.Wqkv.weight"] = normal(3 * d, d)  # (3D, D): q, k, v rows
+        out[p + "attn.out_proj.weight"] = normal(d, d)
+        out[p + "mlp.fc11.weight"], out[p + "mlp.fc12.weight"] = normal(f, d), normal(f, d)  # up, gate
+        out[p + "mlp.fc2.weight"] = normal(d, f)
+        for norm in ("norm1", "norm2"):
+            out[p + norm + ".weight"], out[p + norm + ".bias"] = (
+                1 + normal(d, scale=0.1),
+                normal(d, scale=0.1),
+            )
+    return out

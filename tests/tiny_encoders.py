@@ -129,6 +129,45 @@ _MODERNBERT = dict(
     eos_token_id=3,
     sep_token_id=3,
 )
+# NomicBERT in both spellings, as a config saved by transformers and nomic's hub config (which llama.cpp's
+# converter reads) would have them: 8192 positions trained to 2048, as nomic-embed-text-v1.5's config says
+_NOMIC = dict(
+    architectures=["NomicBertModel"],
+    model_type="nomic_bert",
+    vocab_size=len(VOCAB),
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    hidden_act="silu",
+    max_position_embeddings=8192,
+    type_vocab_size=2,
+    layer_norm_eps=1e-12,
+    rope_parameters={"rope_type": "default", "rope_theta": 1000.0},
+    pad_token_id=0,
+)
+_NOMIC_HUB = dict(
+    n_embd=64,
+    n_inner=96,
+    n_layer=2,
+    n_head=4,
+    activation_function="swiglu",
+    n_positions=8192,
+    max_trained_positions=2048,
+    layer_norm_epsilon=1e-12,
+    rotary_emb_base=1000,
+    rotary_emb_fraction=1.0,
+    rotary_emb_interleaved=False,
+    rotary_emb_scale_base=None,
+    rotary_scaling_factor=None,
+    qkv_proj_bias=False,
+    mlp_fc1_bias=False,
+    mlp_fc2_bias=False,
+    prenorm=False,
+    parallel_block=False,
+    causal=False,
+    use_rms_norm=False,
+)
 FAMILY_CONFIGS = {
     "bert": _BERT,
     "roberta": _ROBERTA,
@@ -136,6 +175,7 @@ FAMILY_CONFIGS = {
     "distilbert": _DISTILBERT,
     "mpnet": _MPNET,
     "modernbert": _MODERNBERT,
+    "nomic": dict(_NOMIC, **_NOMIC_HUB),
 }
 
 # case -> (config overrides, sentence-transformers pipeline): "pooling" modes, "dense" (out, activation) or
@@ -178,6 +218,16 @@ CASES = {
             classifier_pooling="mean",
         ),
         None,
+    ),
+    # nomic-embed-text's pipeline: mean pooling, unit vectors, task prefixes as prompts
+    "nomic_mean_normalize": (
+        {},
+        dict(
+            pooling=("mean",),
+            dense=None,
+            normalize=True,
+            prompts={"query": "search_query: ", "document": "search_document: "},
+        ),
     ),
 }
 # cross-encoders (sequence classifiers, scored by CrossEncoder) and sentence embedders
@@ -227,6 +277,8 @@ def weights(case: str) -> dict[str, np.ndarray]:
         return fam.modernbert_weights(cfg, normal)
     if family(case) == "mpnet":
         return fam.mpnet_weights(cfg, normal)
+    if family(case) == "nomic":
+        return fam.nomic_weights(cfg, normal)
     d, f, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     is_classifier = cfg["architectures"][0].endswith("ForSequenceClassification")
     bert = family(case) == "bert"

@@ -30,6 +30,7 @@ TESTS = [
     "tests/test_embed.py",
     "tests/test_embed_minilm.py",
     "tests/test_embed_gguf.py",
+    "tests/test_embed_nomic.py",
     "tests/test_whisper_model.py",
     "tests/test_vits_model.py",
     "tests/test_piper_voice.py",
@@ -162,6 +163,14 @@ def gguf_encoder_cells(results: dict[str, str]) -> list[str]:
         (c, "test_gguf_modernbert_equals_transformers_on_its_ids", f"{c}-", ("f32", "f16"))
         for c in ("modernbert_mean_normalize", "modernbert_reranker")
     ]
+    files += [
+        (
+            "nomic_mean_normalize",
+            "test_gguf_nomic_bert_equals_sentence_transformers",
+            "",
+            ("f32", "f16", "q8_0"),
+        )
+    ]
     return [
         f"- {case}: "
         + "; ".join(
@@ -247,7 +256,8 @@ def render(results: dict[str, str]) -> str:
         "GGUF (llama.cpp's converter, `tests/test_embed_gguf.py`; RoBERTa, XLM-RoBERTa and DistilBERT are written",
         "as `bert` and run as BERT; DistilBERT's reranker head keeps HF's ReLU where llama.cpp applies tanh;",
         "ModernBERT's run on its tokenizer's ids, as the converter writes the tiny WordPiece vocabulary as a",
-        "merge-less BPE blazr refuses):",
+        "merge-less BPE blazr refuses; NomicBERT's `nomic-bert` files in `tests/test_embed_nomic.py`, which also",
+        "reads nomic's own hub config keys):",
         "",
         *gguf_encoder_cells(results),
         "",

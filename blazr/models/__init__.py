@@ -95,6 +95,8 @@ FAMILIES: tuple[Family, ...] = (
         ("modernbert",),
         ("modern-bert",),
     ),
+    # nomic-embed-text v1 / v1.5 (the hub's config says model_type nomic_bert with nomic's own key names)
+    Family("nomic_bert", ("NomicBertModel",), ("nomic_bert",), ("nomic-bert",)),
     # speech recognition (blazr.tasks.transcribe); CTranslate2 and whisper.cpp files are read into this layout
     Family("whisper", ("WhisperForConditionalGeneration",), ("whisper",), ()),
     # speech synthesis (blazr.tasks.speak); Piper's ONNX voices are read into this layout (blazr.loaders.piper)

@@ -55,6 +55,41 @@ class AbsoluteEmbeddings(Module):
         return self.LayerNorm(x)  # (T, D)
 
 
+class TypedEmbeddings(Module):
+    """word (+ token type) embeddings, then a LayerNorm: the rotary encoders (NomicBERT, GTE), which have no
+    position table. `norm` is the checkpoint prefix of the LayerNorm relative to the model (NomicBERT's sits
+    outside "embeddings.")."""
+
+    OPS = ("embed", "binary", "layer_norm")
+
+    def __init__(self, backend, vocab: int, dim: int, types: int, eps: float, norm: str):
+        self.be, self.vocab, self.dim, self.types, self.norm_name = backend, vocab, dim, types, norm
+        self.norm = LayerNorm(backend, dim, eps)
+        self.word = self.token_type = None  # (V, D), (types, D) or None
+
+    def declare(self) -> Iterator[Weight]:
+        yield weight("word", "embeddings.word_embeddings.weight", (self.vocab, self.dim))
+        if self.types:
+            yield weight("token_type", "embeddings.token_type_embeddings.weight", (self.types, self.dim))
+
+    def children(self) -> dict[str, Module]:
+        return {self.norm_name: self.norm}
+
+    def __call__(self, ids: Array, positions: Array, type_ids: Array | None) -> Array:
+        """positions are the attention's business (rotary), not read here."""
+        be = self.be
+        x = be.embed(self.word, ids)  # (T, D)
+        if self.token_type is not None and type_ids is not None:
+            x = be.binary("add", x, be.embed(self.token_type, type_ids))
+        return self.norm(x)  # (T, D)
+
+
+def sequence_positions(seq_lens: np.ndarray) -> np.ndarray:
+    """(T,) int32 position of each token within its sequence, for sequences of seq_lens (B,) back to back."""
+    starts = np.repeat(np.cumsum(seq_lens) - seq_lens, seq_lens)  # (T,) each token's sequence start
+    return (np.arange(int(np.sum(seq_lens))) - starts).astype(np.int32)
+
+
 class PostNormEncoderBlock(Module):
     """x = norm(x + attn(x)), then x = norm(x + mlp(x)): the original Transformer's block (BERT, RoBERTa,
     MPNet). `names` are the checkpoint prefixes of (attention, its norm, MLP, its norm)."""
@@ -131,8 +166,7 @@ class EncoderModel(Module):
         """Final hidden states (T, D) of ids (T,) holding sequences of seq_lens (B,) tokens back to back;
         type_ids (T,) are the segment ids (0 everywhere when None)."""
         be = self.be
-        starts = np.repeat(np.cumsum(seq_lens) - seq_lens, seq_lens)  # (T,) each token's sequence start
-        positions = np.arange(len(ids)) - starts + self.POSITION_OFFSET  # (T,)
+        positions = sequence_positions(seq_lens) + self.POSITION_OFFSET  # (T,)
         types = None if type_ids is None else be.upload(np.asarray(type_ids, dtype=np.int32))
         if types is None and getattr(self.embeddings, "token_type", None) is not None:
             types = be.upload(np.zeros(len(ids), dtype=np.int32))  # segment 0: what HF uses by default

@@ -22,8 +22,8 @@ import numpy as np
 
 from blazr.errors import UnsupportedError
 from blazr.models.base import HF_ACTIVATIONS, Array, BaseModelArgs, trace
-from blazr.models.encoder import EncoderModel, classifier_task
-from blazr.models.layers.dense_attention import DenseSelfAttention
+from blazr.models.encoder import EncoderModel, classifier_task, sequence_positions
+from blazr.models.layers.dense_attention import RotarySelfAttention
 from blazr.models.layers.mlp import GatedMLP
 from blazr.models.layers.module import Module, Weight, weight
 from blazr.models.layers.norm import LayerNorm
@@ -104,39 +104,6 @@ class Embeddings(Module):
 
     def __call__(self, ids: Array) -> Array:
         return self.norm(self.be.embed(self.tok, ids))  # (T, D)
-
-
-class RotarySelfAttention(DenseSelfAttention):
-    """DenseSelfAttention with q/k/v as one checkpoint tensor `Wqkv`, optional biases, and rotary q and k."""
-
-    OPS = ("matmul", "binary", "attention_dense", "rope")
-
-    def __init__(self, backend, hidden, heads, layer, inv_freq: Array, bias: bool, window: int):
-        super().__init__(backend, hidden, heads, layer, ("Wqkv", "", "", "Wo"), window=window)
-        self.inv_freq, self.bias = inv_freq, bias  # (Dh/2,)
-
-    def declare(self) -> Iterator[Weight]:
-        d = self.hidden
-        yield weight("qkv", "Wqkv.weight", (3 * d, d))  # (3D, D): q rows, then k, then v
-        yield weight("out", "Wo.weight", (d, d))  # (D, D)
-        if self.bias:
-            yield weight("qkv_bias", "Wqkv.bias", (3 * d,))
-            yield weight("out_bias", "Wo.bias", (d,))
-
-    def __call__(self, x: Array, seq_lens: Array, positions: Array) -> Array:
-        """x (T, D), sequences of seq_lens (B,) back to back, positions (T,) within each -> (T, D)."""
-        be, d, h, dh = self.be, self.hidden, self.heads, self.head_dim
-        qkv = be.matmul(x, self.qkv)  # (T, 3D)
-        if self.qkv_bias is not None:
-            qkv = be.binary("add", qkv, self.qkv_bias)
-        t = qkv.shape[0]
-        qkv = qkv.reshape(t, 3 * h, dh)  # (T, 3H, Dh)
-        qk = be.rope(qkv[:, : 2 * h], positions, self.inv_freq, "neox")  # (T, 2H, Dh): q and k heads
-        q, k, v = qk[:, :h], qk[:, h:], qkv[:, 2 * h :]  # (T, H, Dh) each
-        att = be.attention_dense(q, k, v, seq_lens, seq_lens, dh**-0.5, False, self.window)  # (T, H, Dh)
-        trace("kqv_out", self.layer, att)
-        out = be.matmul(att.reshape(t, d), self.out)  # (T, D)
-        return out if self.out_bias is None else be.binary("add", out, self.out_bias)
 
 
 class PreNormBlock(Module):
@@ -237,8 +204,7 @@ class Model(EncoderModel):
     def encode(self, ids: np.ndarray, seq_lens: np.ndarray, type_ids: np.ndarray | None = None) -> Array:
         """Final hidden states (T, D) of ids (T,) holding sequences of seq_lens (B,) back to back (no segments)."""
         be = self.be
-        starts = np.repeat(np.cumsum(seq_lens) - seq_lens, seq_lens)  # (T,) each token's sequence start
-        positions = be.upload((np.arange(len(ids)) - starts).astype(np.int32))  # (T,) restarting at 0
+        positions = be.upload(sequence_positions(seq_lens))  # (T,) restarting at 0
         x = self.embeddings(be.upload(np.asarray(ids, dtype=np.int32)))  # (T, D)
         trace("embed", -1, x)
         lens = be.upload(np.asarray(seq_lens, dtype=np.int32))  # (B,)

@@ -1,5 +1,5 @@
 """Make tests/golden/gguf/<case>_<f32|f16>.gguf: tiny encoders of tests/tiny_encoders.py (BERT, RoBERTa,
-XLM-RoBERTa, DistilBERT, ModernBERT; embedders and rerankers) converted by llama.cpp's own
+XLM-RoBERTa, DistilBERT, ModernBERT, NomicBERT; embedders and rerankers) converted by llama.cpp's own
 convert_hf_to_gguf.py, vocabulary included (the cases have real tokenizers), so the GGUF embedding tests read
 files the way users get them.
 
@@ -52,9 +52,13 @@ CASES = (
     "distilbert_reranker",
     "modernbert_mean_normalize",
     "modernbert_reranker",
+    "nomic_mean_normalize",
 )
 OUTTYPES = ("f32", "f16")
-QUANTIZED = {"bert_mean_normalize": ("q8_0",)}  # also a packed file, for the packed-weight path
+QUANTIZED = {
+    "bert_mean_normalize": ("q8_0",),
+    "nomic_mean_normalize": ("q8_0",),
+}  # also a packed file, for the packed-weight path
 PIPELINE = REPO / "tests" / "golden" / "encoders" / "gguf_pipeline.npz"
 FAMILIES = REPO / "tests" / "golden" / "encoders" / "gguf_families.npz"
 # the pre-tokenizer name a tiny vocabulary gets, by family (see the module docstring); XLM-R's converter
@@ -62,6 +66,9 @@ FAMILIES = REPO / "tests" / "golden" / "encoders" / "gguf_families.npz"
 TINY_PRE = {"roberta": "roberta-bpe", "modernbert": "modern-bert"}
 WORDPIECE_PRE = "jina-v2-en"
 CONTEXT = 64  # the cases' positions (RoBERTa's after the converter drops its two offset rows): context_length
+# NomicBERT's context_length: the tiny config's max_position_embeddings, which the converter reads before the
+# hub's n_positions (a hub config has only the latter; for 8192 positions trained to 2048 it writes 2048)
+FAMILY_CONTEXT = {"nomic": 8192}
 
 
 def convert(hf_dir: Path, out: Path, outtype: str, converter: str, pre: str | None) -> None:
@@ -116,7 +123,7 @@ def main() -> None:
         if any(case.startswith("bert_") for case in cases):
             reference(Path(tmp))
         if any(not case.startswith("bert_") for case in cases):
-            families_reference(Path(tmp))
+            families_reference(Path(tmp), [case for case in cases if not case.startswith("bert_")])
 
 
 def write_sentencepiece(root: Path) -> None:
@@ -187,10 +194,10 @@ def reference(tmp: Path) -> None:
     print(PIPELINE.relative_to(REPO), {k: v.shape for k, v in data.items()})
 
 
-def families_reference(tmp: Path) -> None:
-    """gguf_families.npz (see the module docstring) for the non-BERT cases: the GGUF keeps every family's
-    whole classification head (RoBERTa's dense + out_proj, DistilBERT's pre_classifier, ModernBERT's
-    dense + norm + classifier), so a reranker's logits are transformers' own."""
+def families_reference(tmp: Path, cases: list[str]) -> None:
+    """gguf_families.npz (see the module docstring) for the non-BERT `cases`, the other cases' fields kept: the
+    GGUF keeps every family's whole classification head (RoBERTa's dense + out_proj, DistilBERT's
+    pre_classifier, ModernBERT's dense + norm + classifier), so a reranker's logits are transformers' own."""
     import torch
     from sentence_transformers import SentenceTransformer
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -199,15 +206,17 @@ def families_reference(tmp: Path) -> None:
 
     torch.set_num_threads(1)
     data = {}
-    for case in CASES:
-        if case.startswith("bert_"):
-            continue
+    if FAMILIES.exists():
+        with np.load(FAMILIES, allow_pickle=True) as old:
+            data = {k: old[k] for k in old.files if k.split(".", 1)[0] not in cases}
+    for case in cases:
         root = write_case(case, tmp)
         if case not in RERANKERS:
+            context = FAMILY_CONTEXT.get(case.split("_")[0], CONTEXT)
             st = SentenceTransformer(str(root), device="cpu")
-            st.max_seq_length = CONTEXT
+            st.max_seq_length = context
             data[f"{case}.vectors"] = st.encode(list(SENTENCES), normalize_embeddings=True)  # (N, D)
-            data[f"{case}.ids"] = _ids(st.tokenizer(list(SENTENCES), truncation=True, max_length=CONTEXT))
+            data[f"{case}.ids"] = _ids(st.tokenizer(list(SENTENCES), truncation=True, max_length=context))
             continue
         tokenizer = AutoTokenizer.from_pretrained(str(root), model_max_length=CONTEXT)
         model = AutoModelForSequenceClassification.from_pretrained(str(root)).eval()

@@ -52,3 +52,48 @@ class DenseSelfAttention(Module):
         )  # (T, H, Dh)
         trace("kqv_out", self.layer, att)
         return be.binary("add", be.matmul(att.reshape(t, d), self.out), self.out_bias)  # (T, D)
+
+
+class RotarySelfAttention(DenseSelfAttention):
+    """DenseSelfAttention with q/k/v as one checkpoint tensor, optional biases, and q and k rotated (neox halves
+    over the whole head) at each token's position within its sequence: ModernBERT, NomicBERT, GTE. `names` are
+    the checkpoint's (qkv, out) projections relative to this layer's prefix."""
+
+    OPS = ("matmul", "binary", "attention_dense", "rope")
+
+    def __init__(
+        self,
+        backend,
+        hidden: int,
+        heads: int,
+        layer: int,
+        inv_freq: Array,
+        bias: bool,
+        window: int = 0,
+        names: tuple[str, str] = ("Wqkv", "Wo"),
+    ):
+        super().__init__(backend, hidden, heads, layer, (names[0], "", "", names[1]), window=window)
+        self.inv_freq, self.bias = inv_freq, bias  # (Dh/2,)
+
+    def declare(self) -> Iterator[Weight]:
+        (qkv, _, _, out), d = self.names, self.hidden
+        yield weight("qkv", f"{qkv}.weight", (3 * d, d))  # (3D, D): q rows, then k, then v
+        yield weight("out", f"{out}.weight", (d, d))  # (D, D)
+        if self.bias:
+            yield weight("qkv_bias", f"{qkv}.bias", (3 * d,))
+            yield weight("out_bias", f"{out}.bias", (d,))
+
+    def __call__(self, x: Array, seq_lens: Array, positions: Array) -> Array:
+        """x (T, D), sequences of seq_lens (B,) back to back, positions (T,) within each -> (T, D)."""
+        be, d, h, dh = self.be, self.hidden, self.heads, self.head_dim
+        qkv = be.matmul(x, self.qkv)  # (T, 3D)
+        if self.qkv_bias is not None:
+            qkv = be.binary("add", qkv, self.qkv_bias)
+        t = qkv.shape[0]
+        qkv = qkv.reshape(t, 3 * h, dh)  # (T, 3H, Dh)
+        qk = be.rope(qkv[:, : 2 * h], positions, self.inv_freq, "neox")  # (T, 2H, Dh): q and k heads
+        q, k, v = qk[:, :h], qk[:, h:], qkv[:, 2 * h :]  # (T, H, Dh) each
+        att = be.attention_dense(q, k, v, seq_lens, seq_lens, dh**-0.5, False, self.window)  # (T, H, Dh)
+        trace("kqv_out", self.layer, att)
+        out = be.matmul(att.reshape(t, d), self.out)  # (T, D)
+        return out if self.out_bias is None else be.binary("add", out, self.out_bias)
