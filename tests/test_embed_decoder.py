@@ -144,3 +144,46 @@ def test_the_server_loads_a_causal_lm_as_a_reranker_when_its_task_says_so(case_d
     np.testing.assert_allclose(
         loaded.rerank(QUERY, list(SENTENCES)), golden("qwen3_reranker")["scores"], atol=SCORE_ATOL
     )
+
+
+@pytest.mark.parametrize("outtype", ["f32", "f16"])
+def test_a_gguf_decoder_embedder_embeds_as_its_pooling_type_says(backend, outtype):
+    """llama.cpp's converter writes the last-token embedder as a plain qwen3 GGUF with qwen3.pooling_type 3
+    (from modules.json) and add_eos_token (from the tokenizer): alone, it is an embedder with last-token
+    pooling, unit vectors, <|endoftext|> appended, inputs cut at its context length (512)."""
+    gguf = Path(__file__).parent / "golden" / "gguf" / f"qwen3_embed_lasttoken_{outtype}.gguf"
+    with np.load(GOLDEN / "gguf_pipeline.npz", allow_pickle=True) as data:
+        want = {k: data[k] for k in data.files}
+    ckpt = load_checkpoint(gguf)
+    assert model_task(ckpt.config, ckpt.gguf_metadata, ckpt.directory) == "embed"
+    model = blazr.load(gguf, device=backend)
+    assert isinstance(model, Embedder) and model.modules.pooling == ("lasttoken",) and model.modules.normalize
+    assert model.tokenize(list(SENTENCES)) == [list(x) for x in want["ids"]]
+    got = model.embed(list(SENTENCES))  # (9, 64)
+    cos = (
+        (got * want["vectors"]).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want["vectors"], axis=1)
+    )
+    assert cos.min() >= (0.99999 if outtype == "f32" else 0.9999), cos
+
+
+def test_a_gguf_pooling_type_of_none_stays_a_text_generator(tmp_path):
+    """pooling_type 0 (llama.cpp's NONE) and no pooling key: a causal LM, as before."""
+    from blazr.models import model_task as task
+
+    meta = {"general.architecture": "qwen3"}
+    config = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}
+    assert task(config, meta) == "generate"
+    assert task(config, meta | {"qwen3.pooling_type": 0}) == "generate"
+    assert task(config, meta | {"qwen3.pooling_type": 1}) == "embed"
+
+
+def test_the_cli_passes_an_instruction_to_a_decoder_reranker(models):  # noqa: F811
+    write_case("qwen3_reranker", models)
+    docs = "\n".join(SENTENCES)
+    args = ("rerank", QUERY, "-m", "qwen3_reranker", "--task", "rerank", "--instruction", INSTRUCTION)
+    result = run_cli(*args, input=docs)
+    assert result.exit_code == 0, result.stderr
+    rows = sorted((json.loads(line) for line in result.stdout.splitlines()), key=lambda r: r["index"])
+    np.testing.assert_allclose(
+        [r["score"] for r in rows], golden("qwen3_reranker")["instruction_scores"], atol=1e-4
+    )

@@ -28,12 +28,17 @@ ANSWERS = ["yes", "no"]  # whole tokens without the space marker: what a yes/no 
 MAX_SEQ_LENGTH = 64  # the longest sentence is cut, and the next-longest once the query prompt is added
 QUERY_PROMPT = "Instruct: search the query\nQuery:"  # Qwen3-Embedding's layout, a shorter task
 
-# case -> sentence-transformers pipeline (None: a yes/no reranker, a plain causal LM)
+# case -> sentence-transformers pipeline (None: a yes/no reranker, a plain causal LM); the case name's first
+# word is the tiny model of tests/tiny_models.py
 CASES = {
     "qwen3_embed_lasttoken": dict(pooling=("lasttoken",), include_prompt=True),
     "qwen3_embed_mean": dict(pooling=("mean",), include_prompt=False),
     "qwen3_reranker": None,
+    # E5-Mistral's shape: a bare MistralModel (the tiny one has a 16-token sliding window), a Llama-style
+    # SentencePiece-BPE tokenizer that puts <s> before and </s> after every input, last-token pooling
+    "mistral_embed_lasttoken": dict(pooling=("lasttoken",), include_prompt=True),
 }
+LLAMA_SPECIALS = ["<unk>", "<s>", "</s>"]
 EMBEDDERS = tuple(c for c, p in CASES.items() if p is not None)
 RERANKERS = tuple(c for c, p in CASES.items() if p is None)
 
@@ -57,15 +62,26 @@ def bpe_model() -> tuple[list[str], list[tuple[str, str]]]:
     return vocab, merges
 
 
+def model(case: str) -> str:
+    return case.split("_")[0]
+
+
 def config(case: str) -> dict:
-    cfg = tiny_config("qwen3")
+    cfg = tiny_config(model(case))
     if CASES[case] is not None:  # untied with no head saved (as the bigger Qwen3-Embeddings)
         cfg["tie_word_embeddings"] = False
+    if model(case) == "mistral":  # e5-mistral-7b-instruct's config names the bare decoder
+        return cfg | {
+            "architectures": ["MistralModel"],
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "pad_token_id": 2,
+        }
     return cfg | {"eos_token_id": 2, "bos_token_id": None, "pad_token_id": 0}
 
 
 def weights(case: str) -> dict:
-    w = tiny_weights("qwen3")
+    w = tiny_weights(model(case))
     if CASES[case] is None:
         return w
     return {k.removeprefix("model."): a for k, a in w.items() if not k.startswith("lm_head.")}
@@ -79,7 +95,10 @@ def write_case(case: str, directory: Path) -> Path:
     (root / "config.json").write_text(json.dumps(config(case), indent=1))
     save_file(weights(case), str(root / "model.safetensors"), metadata={"format": "pt"})
     pipeline = CASES[case]
-    _write_tokenizer(root, appends_eos=pipeline is not None)
+    if model(case) == "mistral":
+        _write_llama_tokenizer(root)
+    else:
+        _write_tokenizer(root, appends_eos=pipeline is not None)
     if pipeline is not None:
         _write_pipeline(root, pipeline)
     return root
@@ -116,6 +135,53 @@ def _write_tokenizer(root: Path, appends_eos: bool) -> None:
         unk_token=None,
         bos_token=None,
         add_prefix_space=False,
+    )
+    (root / "tokenizer_config.json").write_text(json.dumps(config))
+
+
+def llama_bpe_model() -> tuple[list[str], list[tuple[str, str]]]:
+    """(vocab, merges) of the tiny Llama-style tokenizer: its specials, "▁" and printable ASCII, then each word
+    merged letter by letter after the word-start marker."""
+    vocab = LLAMA_SPECIALS + ["▁"] + [chr(b) for b in range(33, 127)]
+    merges: list[tuple[str, str]] = []
+    for form in ["▁" + w for w in WORDS + ANSWERS]:
+        cur = form[0]
+        for ch in form[1:]:
+            if (cur, ch) not in merges:
+                merges.append((cur, ch))
+            cur += ch
+            if cur not in vocab:
+                vocab.append(cur)
+    assert len(vocab) <= tiny_config("mistral")["vocab_size"], len(vocab)
+    return vocab, merges
+
+
+def _write_llama_tokenizer(root: Path) -> None:
+    """tokenizer.json as Llama / Mistral SentencePiece tokenizers convert: "▁" for spaces and one before the
+    text, <unk> for what the pieces lack; <s> ... </s> around each input (E5-Mistral's add_eos_token)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, normalizers, processors
+    from tokenizers.models import BPE
+
+    vocab, merges = llama_bpe_model()
+    tok = Tokenizer(BPE({t: i for i, t in enumerate(vocab)}, merges, unk_token="<unk>", fuse_unk=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s>:0 $A:0 </s>:0",
+        pair="<s>:0 $A:0 </s>:0 <s>:1 $B:1 </s>:1",
+        special_tokens=[("<s>", 1), ("</s>", 2)],
+    )
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in LLAMA_SPECIALS])
+    tok.save(str(root / "tokenizer.json"))
+    config = dict(
+        tokenizer_class="LlamaTokenizerFast",
+        model_max_length=32768,
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        pad_token="</s>",
+        add_bos_token=True,
+        add_eos_token=True,
     )
     (root / "tokenizer_config.json").write_text(json.dumps(config))
 

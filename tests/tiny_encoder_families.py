@@ -258,3 +258,36 @@ def nomic_weights(cfg: dict, normal: Normal) -> dict[str, np.ndarray]:
                 normal(d, scale=0.1),
             )
     return out
+
+
+def gte_weights(cfg: dict, normal: Normal) -> dict[str, np.ndarray]:
+    """GTE's tensors as Alibaba's hub checkpoints name them (transformers renames them at load); a reranker's
+    encoder under "new." with BERT's pooler and classifier."""
+    d, f, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    out = {
+        "embeddings.word_embeddings.weight": normal(v, d, scale=0.5),
+        "embeddings.token_type_embeddings.weight": normal(cfg["type_vocab_size"], d, scale=0.3),
+        "embeddings.LayerNorm.weight": 1 + normal(d, scale=0.1),
+        "embeddings.LayerNorm.bias": normal(d, scale=0.1),
+    }
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"encoder.layer.{i}."
+        out[p + "attention.qkv_proj.weight"] = normal(3 * d, d)  # (3D, D): q, k, v rows
+        out[p + "attention.qkv_proj.bias"] = normal(3 * d, scale=0.1)
+        out[p + "attention.o_proj.weight"], out[p + "attention.o_proj.bias"] = (
+            normal(d, d),
+            normal(d, scale=0.1),
+        )
+        out[p + "mlp.up_gate_proj.weight"] = normal(2 * f, d)  # (2F, D): up rows, then gate rows
+        out[p + "mlp.down_proj.weight"], out[p + "mlp.down_proj.bias"] = normal(d, f), normal(d, scale=0.1)
+        for norm in ("attn_ln", "mlp_ln"):
+            out[p + norm + ".weight"], out[p + norm + ".bias"] = (
+                1 + normal(d, scale=0.1),
+                normal(d, scale=0.1),
+            )
+    if not cfg["architectures"][0].endswith("ForSequenceClassification"):
+        return out
+    out = {"new." + k: a for k, a in out.items()}
+    out["new.pooler.dense.weight"], out["new.pooler.dense.bias"] = normal(d, d), normal(d, scale=0.1)
+    out["classifier.weight"], out["classifier.bias"] = normal(1, d, scale=1.0), normal(1, scale=0.1)
+    return out

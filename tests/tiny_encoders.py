@@ -168,6 +168,32 @@ _NOMIC_HUB = dict(
     causal=False,
     use_rms_norm=False,
 )
+# GTE ("new" on the hub): its hub and transformers configs share most keys; the hub's rope_theta is given as
+# transformers' rope_parameters too. Token types: BERT's two (the tiny WordPiece tokenizer gives pairs 0 / 1)
+_GTE = dict(
+    architectures=["GteModel"],
+    model_type="gte",
+    vocab_size=len(VOCAB),
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    hidden_act="gelu",
+    max_position_embeddings=8192,
+    type_vocab_size=2,
+    layer_norm_eps=1e-12,
+    rope_theta=500000.0,
+    rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+    position_embedding_type="rope",
+    layer_norm_type="layer_norm",
+    logn_attention_scale=False,
+    pack_qkv=True,
+    pad_token_id=0,
+)
+# the hub's fixed-NTK rope of factor 2 as transformers runs it (blazr.models.gte's docstring): a linear factor of
+# 2 ** (2 / head_dim) on a base twice rope_theta; tests/test_embed_gte.py gives blazr the hub's spelling
+GTE_NTK = {"type": "ntk", "factor": 2.0}
+_GTE_NTK = {"rope_parameters": {"rope_type": "linear", "factor": 2.0 ** (2 / 16), "rope_theta": 1_000_000.0}}
 FAMILY_CONFIGS = {
     "bert": _BERT,
     "roberta": _ROBERTA,
@@ -176,6 +202,7 @@ FAMILY_CONFIGS = {
     "mpnet": _MPNET,
     "modernbert": _MODERNBERT,
     "nomic": dict(_NOMIC, **_NOMIC_HUB),
+    "gte": _GTE,
 }
 
 # case -> (config overrides, sentence-transformers pipeline): "pooling" modes, "dense" (out, activation) or
@@ -229,6 +256,10 @@ CASES = {
             prompts={"query": "search_query: ", "document": "search_document: "},
         ),
     ),
+    # gte-base-en-v1.5's pipeline: the CLS token; then the same with the hub's NTK-scaled rope
+    "gte_cls_normalize": ({}, dict(pooling=("cls",), dense=None, normalize=True)),
+    "gte_ntk_cls": (_GTE_NTK, dict(pooling=("cls",), dense=None, normalize=True)),
+    "gte_reranker": (dict(architectures=["GteForSequenceClassification"], num_labels=1), None),
 }
 # cross-encoders (sequence classifiers, scored by CrossEncoder) and sentence embedders
 RERANKERS = tuple(name for name in CASES if CASES[name][0].get("num_labels") is not None)
@@ -279,6 +310,8 @@ def weights(case: str) -> dict[str, np.ndarray]:
         return fam.mpnet_weights(cfg, normal)
     if family(case) == "nomic":
         return fam.nomic_weights(cfg, normal)
+    if family(case) == "gte":
+        return fam.gte_weights(cfg, normal)
     d, f, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     is_classifier = cfg["architectures"][0].endswith("ForSequenceClassification")
     bert = family(case) == "bert"

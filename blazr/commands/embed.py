@@ -66,6 +66,12 @@ def rerank(
         int | None, typer.Option("--top-n", help="Print only the N best documents", min=1)
     ] = None,
     no_truncate: NoTruncate = False,
+    instruction: Annotated[
+        str | None,
+        typer.Option(
+            "--instruction", help="A decoder reranker's task description (Qwen3-Reranker's Instruct)"
+        ),
+    ] = None,
     device: o.Device = None,
     dtype: o.DType = None,
     task: o.Task = None,
@@ -75,7 +81,7 @@ def rerank(
     similarity of an embedding model's vectors. One JSON line {"index", "score", "text"} each, best first."""
     documents = _stdin_lines("rerank")
     embedder = _load(model, device, dtype, model_dir, task)
-    scores = embedder.rerank(query, documents, truncate=not no_truncate)
+    scores = embedder.rerank(query, documents, truncate=not no_truncate, instruction=instruction)
     order = sorted(range(len(documents)), key=lambda i: -float(scores[i]))[: top_n or len(documents)]
     for i in order:
         sys.stdout.write(

@@ -97,6 +97,13 @@ FAMILIES: tuple[Family, ...] = (
     ),
     # nomic-embed-text v1 / v1.5 (the hub's config says model_type nomic_bert with nomic's own key names)
     Family("nomic_bert", ("NomicBertModel",), ("nomic_bert",), ("nomic-bert",)),
+    # Alibaba's GTE v1.5 / multilingual ("new" on the hub, with its own modelling code; transformers' gte)
+    Family(
+        "gte",
+        ("NewModel", "GteModel", "NewForSequenceClassification", "GteForSequenceClassification"),
+        ("new", "gte"),
+        (),
+    ),
     # speech recognition (blazr.tasks.transcribe); CTranslate2 and whisper.cpp files are read into this layout
     Family("whisper", ("WhisperForConditionalGeneration",), ("whisper",), ()),
     # speech synthesis (blazr.tasks.speak); Piper's ONNX voices are read into this layout (blazr.loaders.piper)
@@ -145,12 +152,27 @@ def model_task(
     """What a checkpoint does: "generate" (a causal LM, run by the engine), "embed" (an encoder whose hidden
     states are pooled into sentence vectors) or "rerank" (a sequence classifier scoring query/document
     pairs). A family module says so with `task(config)`; without one it is a causal LM, unless its
-    `directory` holds a sentence-transformers modules.json with a Pooling module: then it is a decoder
-    embedder (Qwen3-Embedding, E5-Mistral), whatever architecture its config names."""
+    `directory` holds a sentence-transformers modules.json with a Pooling module, or it is a GGUF whose
+    converter wrote a mean, CLS or last-token `{arch}.pooling_type` (llama.cpp's converter does so from that
+    modules.json): then it is a decoder embedder (Qwen3-Embedding, E5-Mistral), whatever architecture its
+    config names."""
     task = getattr(get_model_module(config, gguf_metadata), "task", None)
     if task is not None:
         return task(config)
-    return "embed" if directory is not None and _has_pooling(Path(directory)) else "generate"
+    if directory is not None and _has_pooling(Path(directory)):
+        return "embed"
+    return "embed" if _gguf_pooling(gguf_metadata) in GGUF_EMBED_POOLING else "generate"
+
+
+# llama.cpp's llama_pooling_type values of an embedder: mean, CLS, last token (0 is none, 4 a reranker's rank)
+GGUF_EMBED_POOLING = (1, 2, 3)
+
+
+def _gguf_pooling(gguf_metadata: dict[str, Any] | None) -> int | None:
+    if not gguf_metadata:
+        return None
+    value = gguf_metadata.get(f"{gguf_metadata.get('general.architecture', '')}.pooling_type")
+    return None if value is None else int(value)
 
 
 # model_task -> (what such a model is, how to use it): for errors when one is asked to do another's job

@@ -57,20 +57,27 @@ class AbsoluteEmbeddings(Module):
 
 class TypedEmbeddings(Module):
     """word (+ token type) embeddings, then a LayerNorm: the rotary encoders (NomicBERT, GTE), which have no
-    position table. `norm` is the checkpoint prefix of the LayerNorm relative to the model (NomicBERT's sits
-    outside "embeddings.")."""
+    position table. `tables` and `norm` are the checkpoint prefixes of the embedding tables and of the LayerNorm
+    relative to the model's EMBED (NomicBERT's LayerNorm, emb_ln, sits beside "embeddings.", GTE's inside)."""
 
     OPS = ("embed", "binary", "layer_norm")
 
-    def __init__(self, backend, vocab: int, dim: int, types: int, eps: float, norm: str):
-        self.be, self.vocab, self.dim, self.types, self.norm_name = backend, vocab, dim, types, norm
+    def __init__(self, backend, vocab: int, dim: int, types: int, eps: float, tables: str, norm: str):
+        self.be, self.vocab, self.dim, self.types, self.tables, self.norm_name = (
+            backend,
+            vocab,
+            dim,
+            types,
+            tables,
+            norm,
+        )
         self.norm = LayerNorm(backend, dim, eps)
         self.word = self.token_type = None  # (V, D), (types, D) or None
 
     def declare(self) -> Iterator[Weight]:
-        yield weight("word", "embeddings.word_embeddings.weight", (self.vocab, self.dim))
+        yield weight("word", f"{self.tables}word_embeddings.weight", (self.vocab, self.dim))
         if self.types:
-            yield weight("token_type", "embeddings.token_type_embeddings.weight", (self.types, self.dim))
+            yield weight("token_type", f"{self.tables}token_type_embeddings.weight", (self.types, self.dim))
 
     def children(self) -> dict[str, Module]:
         return {self.norm_name: self.norm}

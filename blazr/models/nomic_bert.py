@@ -76,6 +76,7 @@ class ModelArgs(BaseModelArgs):
     layer_norm_eps: float = 1e-12
     rope_theta: float = 1000.0  # transformers' default_theta for nomic_bert
     rope_parameters: dict[str, Any] | None = None  # transformers v5
+    rope_scaling: dict[str, Any] | None = None  # none runs here (Model reads it for GTE's)
     head_dim: int | None = None
     hub_options: dict[str, Any] = field(default_factory=dict)  # FIXED_OPTIONS as the config gives them
 
@@ -96,19 +97,20 @@ class ModelArgs(BaseModelArgs):
             raise UnsupportedError(
                 f"NomicBERT head_dim {self.head_dim} != hidden_size / heads is not supported"
             )
-        self.rope_theta, scaling = theta_and_scaling(self.rope_theta, None, self.rope_parameters)
+        self.rope_theta, scaling = theta_and_scaling(self.rope_theta, self.rope_scaling, self.rope_parameters)
         if scaling is not None:
             raise UnsupportedError(f"NomicBERT rope_type {rope_type(scaling)!r} is not supported")
 
 
 class Model(EncoderModel):
     EMBED, LAYERS = "", "encoder.layers.{}."  # emb_ln sits beside "embeddings.", not inside it
+    EMBED_TABLES, EMBED_NORM = "embeddings.", "emb_ln."  # relative to EMBED
     # names of the checkpoint's layers: (qkv, out) of the attention, (gate, up, down) of the MLP, and the block's
     # (attention, its norm, MLP, its norm) prefixes
     ATTENTION, MLP = ("Wqkv", "out_proj"), ("fc12", "fc11", "fc2")
     BLOCK = ("attn.", "norm1.", "mlp.", "norm2.")
-    EMBED_NORM = "emb_ln."
     BIAS = False  # q/k/v, output and MLP-down biases (GTE has them)
+    ACTIVATIONS = ACTIVATIONS  # hidden_act -> the gate's activation
     # the masked-LM head and a pooler do not run for embeddings
     UNUSED: tuple[str, ...] = ("cls.", "pooler.", "lm_head.")
 
@@ -116,18 +118,25 @@ class Model(EncoderModel):
         super().__init__(args, backend, dtype)
         a, dh = args, args.hidden_size // args.num_attention_heads
         self.embeddings = TypedEmbeddings(
-            backend, a.vocab_size, a.hidden_size, a.type_vocab_size, a.layer_norm_eps, self.EMBED_NORM
+            backend,
+            a.vocab_size,
+            a.hidden_size,
+            a.type_vocab_size,
+            a.layer_norm_eps,
+            self.EMBED_TABLES,
+            self.EMBED_NORM,
         )
         # one inv_freq array for every layer: the backends reuse its cos/sin table
-        self.inv_freq = device_rope(backend, dh, a.rope_theta, None, a.max_position_embeddings)[0]  # (Dh/2,)
-        self.layers = [self._block(i) for i in range(a.num_hidden_layers)]
+        self.inv_freq = device_rope(backend, dh, a.rope_theta, a.rope_scaling, a.max_position_embeddings)[0]
+        self.layers = [self._block(i) for i in range(a.num_hidden_layers)]  # inv_freq: (Dh/2,)
 
     def _block(self, i: int) -> Module:
         a, be, d = self.args, self.be, self.args.hidden_size
         attn = RotarySelfAttention(
             be, d, a.num_attention_heads, i, self.inv_freq, self.BIAS, names=self.ATTENTION
         )
-        mlp = GatedMLP(be, d, a.intermediate_size, ACTIVATIONS[a.hidden_act], i, names=self.MLP)
+        act = self.ACTIVATIONS[a.hidden_act]
+        mlp = GatedMLP(be, d, a.intermediate_size, act, i, names=self.MLP, down_bias=self.BIAS)
         norm = lambda: LayerNorm(be, d, a.layer_norm_eps)  # noqa: E731
         return PostNormEncoderBlock(i, attn, norm(), mlp, norm(), self.BLOCK)
 

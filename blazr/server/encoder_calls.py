@@ -49,10 +49,14 @@ async def encoder_scores(
     truncate: bool,
     raw_scores: bool = False,
     field: str = "documents",
+    instruction: str | None = None,
 ) -> tuple[np.ndarray, int]:
     """((N,) relevance of each document: a cross-encoder's score, or a bi-encoder's cosine), tokens used).
-    Bad input is a 400 naming `query` or `field` (the request's name for the documents)."""
+    Bad input is a 400 naming `query` or `field` (the request's name for the documents); an `instruction`
+    (a decoder reranker's task) for any other model is a 400 naming it."""
     embedder = model.llm
+    if instruction is not None and not (embedder.is_decoder and embedder.task == "rerank"):
+        raise InputError("instruction is for decoder rerankers (Qwen3-Reranker) only", "instruction")
     if model.task == "embed":
         q_ids, _ = _prepared(embedder, [query], truncate, "query")
         d_ids, _ = _prepared(embedder, documents, truncate, field)
@@ -61,7 +65,7 @@ async def encoder_scores(
     _prepared(embedder, [query], True, "query")  # an empty query is a 400 before any work
     try:
         scores = await _on_worker(
-            model.engine.run(lambda: embedder.rerank(query, documents, truncate, raw_scores))
+            model.engine.run(lambda: embedder.rerank(query, documents, truncate, raw_scores, instruction))
         )
     except InputError as error:
         raise InputError(str(error).replace("documents", field, 1), field) from None

@@ -23,7 +23,7 @@ TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TO
 
 SPM_SPACE = "\u2581"  # "▁", SentencePiece's visible space
 # GGUF architectures of encoders (embedders, rerankers): their texts get special tokens from a post-processor
-ENCODER_ARCHITECTURES = frozenset({"bert", "modern-bert"})
+ENCODER_ARCHITECTURES = frozenset({"bert", "modern-bert", "nomic-bert"})
 
 # Pre-tokenizer regexes. Where Hugging Face's tokenizer.json has the original pattern we use it (the Rust
 # regex engine in `tokenizers` supports it); otherwise llama.cpp's llama-vocab.cpp lists are the reference.
@@ -120,15 +120,23 @@ def build_gguf_tokenizer(meta: dict[str, Any]) -> Tokenizer:
             "'llama' SentencePiece, 't5' SentencePiece unigram and 'bert' WordPiece vocabularies)"
         )
     tok = builders[model](meta)
-    if meta.get("general.architecture") in ENCODER_ARCHITECTURES:
+    if _embeds(meta):
         tok.post_processor = _encoder_template(meta, _strings(tokens))
     return tok
+
+
+def _embeds(meta: dict[str, Any]) -> bool:
+    """Whether the file is an encoder, or a decoder its converter marked as an embedder (a mean, CLS or
+    last-token {arch}.pooling_type: Qwen3-Embedding's GGUF): llama.cpp then tokenizes every input with the
+    special tokens its add_* flags name (Qwen3-Embedding's appended <|endoftext|>)."""
+    arch = meta.get("general.architecture")
+    return arch in ENCODER_ARCHITECTURES or meta.get(f"{arch}.pooling_type") in (1, 2, 3)
 
 
 def gguf_add_bos_default(meta: dict[str, Any]) -> bool:
     """Whether to prepend BOS: tokenizer.ggml.add_bos_token when present, else llama.cpp's defaults
     (SentencePiece vocabs and Llama-3-style BPE vocabs add it, other BPE vocabs do not)."""
-    if gguf_value(meta, "model") == "bert" or meta.get("general.architecture") in ENCODER_ARCHITECTURES:
+    if gguf_value(meta, "model") == "bert" or _embeds(meta):
         return False  # [CLS] ... [SEP] (<s> ... </s>) come from the encoder tokenizer's post-processor
     explicit = gguf_value(meta, "add_bos_token")
     if explicit is not None:
@@ -314,7 +322,7 @@ def _build_unigram(meta: dict[str, Any]) -> Tokenizer:
 
 
 def _encoder_template(meta: dict[str, Any], tokens: list[str]) -> processors.TemplateProcessing:
-    """An encoder's special tokens as llama.cpp adds them (llama-vocab.cpp's tokenize, the server's rerank
+    """An encoder's (or a GGUF embedder's) special tokens as llama.cpp adds them (llama-vocab.cpp's tokenize, the server's rerank
     prompt): [bos] A [eos] for a text, [bos] A [eos] [sep] B [eos] for a pair, each where its add_* flag says
     (RoBERTa / XLM-R: <s> A </s></s> B </s>; ModernBERT: [CLS] A [SEP] B [SEP]). Every token is segment 0:
     these families' tokenizers give the model no token type ids."""

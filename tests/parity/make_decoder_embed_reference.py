@@ -4,6 +4,11 @@ transformers' yes/no scores of the tiny decoder reranker (tests/tiny_decoder_emb
 Needs torch, transformers and sentence-transformers (not needed by CI); see tests/parity/README.md. From the
 repo root:
     .venv-parity/bin/python tests/parity/make_decoder_embed_reference.py [CASE ...]
+With --llama-cpp DIR (llama.cpp's source, as for make_encoder_gguf.py) it also converts the last-token embedder
+with llama.cpp's own converter to tests/golden/gguf/qwen3_embed_lasttoken_{f32,f16}.gguf (the converter writes
+qwen3.pooling_type from the directory's modules.json and add_eos_token from its tokenizer; the tiny byte-level
+BPE gets the pre-tokenizer name "qwen2") and writes decoder_embed/gguf_pipeline.npz: what the GGUF alone gives,
+inputs cut at its context length (512, not the directory's 64) and unit vectors.
 The reranker is scored as Qwen3-Reranker's model card does: prefix tokens + the tokenized pair text + suffix
 tokens, logits of "no" and "yes" at the last position, p(yes) from their softmax. Each pair runs alone (no
 padding); the script checks that the model card's left-padded batch gives the same scores.
@@ -11,6 +16,7 @@ padding); the script checks that the model card's left-padded batch gives the sa
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -83,10 +89,45 @@ def reranker(root: Path) -> dict[str, np.ndarray]:
     return out
 
 
-def main(names: list[str]) -> None:
+@torch.no_grad()
+def gguf_files(llama_cpp: Path) -> None:
+    """The converted last-token embedder and gguf_pipeline.npz (see the module docstring)."""
+    from sentence_transformers import SentenceTransformer
+
+    from tests.parity.make_encoder_gguf import convert
+
+    sys.path[1:1] = [str(llama_cpp), str(llama_cpp / "gguf-py")]
+    converter = f"llama.cpp convert_hf_to_gguf.py from {llama_cpp.parents[1].name or llama_cpp}"
+    out_dir = REPO / "tests" / "golden" / "gguf"
+    with tempfile.TemporaryDirectory() as tmp:
+        root = write_case("qwen3_embed_lasttoken", Path(tmp))
+        for outtype in ("f32", "f16"):
+            out = out_dir / f"qwen3_embed_lasttoken_{outtype}.gguf"
+            convert(root, out, outtype, converter, pre="qwen2")
+            print(f"{out.relative_to(REPO)}: {out.stat().st_size} bytes")
+        model = SentenceTransformer(str(root), device="cpu")
+        model.max_seq_length = MAX_LENGTH
+        enc = model.tokenizer(list(SENTENCES), truncation=True, max_length=MAX_LENGTH)
+        data = {
+            "vectors": model.encode(list(SENTENCES), normalize_embeddings=True, convert_to_numpy=True),
+            "ids": objects(enc["input_ids"]),
+        }
+    np.savez(GOLDEN / "gguf_pipeline.npz", allow_pickle=True, **data)
+    print("gguf_pipeline", {k: v.shape for k, v in data.items()})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--llama-cpp", type=Path, help="llama.cpp source dir: also make the GGUF files")
+    parser.add_argument("cases", nargs="*", help=f"default: {', '.join(CASES)}")
+    args = parser.parse_args()
     torch.set_num_threads(1)
     GOLDEN.mkdir(parents=True, exist_ok=True)
-    for case in names or list(CASES):
+    if args.llama_cpp is not None:
+        gguf_files(args.llama_cpp)
+        if not args.cases:
+            return
+    for case in args.cases or list(CASES):
         with tempfile.TemporaryDirectory() as tmp:
             root = write_case(case, Path(tmp))
             data = embedder(root) if case in EMBEDDERS else reranker(root)
@@ -95,4 +136,4 @@ def main(names: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

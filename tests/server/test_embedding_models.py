@@ -238,3 +238,22 @@ async def test_rerank_truncates_when_asked_and_openapi_says_how_it_scores(client
     jina = operation["responses"]["200"]["content"]["application/json"]["schema"]["oneOf"][0]
     score = jina["properties"]["results"]["items"]["properties"]["relevance_score"]
     assert "sigmoid" in score["description"] and "cosine similarity" in score["description"]
+
+
+async def test_a_decoder_reranker_takes_an_instruction_and_other_models_refuse_it(make_app, client, tmp_path):
+    """`instruction` is Qwen3-Reranker's task text (its <Instruct>): the scores transformers gives with it; a
+    bi-encoder (or a cross-encoder) asked with one is a 400 naming the field."""
+    from tests.test_embed_decoder import INSTRUCTION
+    from tests.test_embed_decoder import golden as decoder_golden
+    from tests.tiny_decoder_embedders import write_case as write_decoder_case
+
+    write_decoder_case("qwen3_reranker", tmp_path)
+    settings = server_settings()
+    settings.set("inference.task", "rerank", "test")
+    app = await make_app(model="qwen3_reranker", model_dir=tmp_path, settings=settings)
+    body = {"query": QUERY, "documents": list(SENTENCES), "instruction": INSTRUCTION}
+    got = await (await app.test_client().post("/v1/rerank", json=body)).get_json()
+    scores = [r["relevance_score"] for r in sorted(got["results"], key=lambda r: r["index"])]
+    close(scores, decoder_golden("qwen3_reranker")["instruction_scores"], atol=1e-4)
+    response = await client.post("/v1/rerank", json=body)  # the bi-encoder
+    assert response.status_code == 400 and (await response.get_json())["error"]["param"] == "instruction"

@@ -25,9 +25,12 @@ class GatedMLP(Module):
         bias: bool = False,
         fused_gate_up: str | None = None,
         names: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj"),
+        down_bias: bool | None = None,
     ):
         self.be, self.hidden, self.ffn, self.act, self.layer = backend, hidden, ffn, act, layer
         self.bias, self.fused_gate_up = bias, fused_gate_up
+        # whether down_proj has a bias: as gate/up unless said (GTE's down_proj alone has one)
+        self.has_down_bias = bias if down_bias is None else down_bias
         self.names = names  # the checkpoint's (gate, up, down) projections (InternLM2: w1, w3, w2)
         self.gate_up_proj = self.gate_up_bias = self.down_proj = self.down_bias = None
 
@@ -43,6 +46,7 @@ class GatedMLP(Module):
                 yield weight("gate_up_bias", f"{self.fused_gate_up}.bias", (2 * f,))
             else:
                 yield fused("gate_up_bias", [(f"{gate}.bias", (f,)), (f"{up}.bias", (f,))])  # (2F,)
+        if self.has_down_bias:
             yield weight("down_bias", f"{down}.bias", (d,))
 
     def __call__(self, x: Array) -> Array:

@@ -55,6 +55,11 @@ RERANK_REQUEST = {
         "truncate": {"type": "boolean", "default": False, "description": "TEI: cut inputs to the context"},
         "raw_scores": {"type": "boolean", "default": False, "description": "TEI: a reranker's logits"},
         "return_text": {"type": "boolean", "default": False, "description": "TEI: echo each text"},
+        "instruction": {
+            "type": "string",
+            "minLength": 1,
+            "description": "a decoder reranker's task (Qwen3-Reranker's <Instruct>); a 400 for other models",
+        },
     },
     "required": ["query"],
 }
@@ -112,7 +117,8 @@ async def rerank():
     model = await load_model(body, ("rerank", "embed"))
     raw = bool(get_bool(body, "raw_scores", default=False))
     field = "texts" if tei else "documents"
-    scores, tokens = await encoder_scores(model, query, documents, truncate, raw, field)  # (N,)
+    instruction = get_str(body, "instruction")
+    scores, tokens = await encoder_scores(model, query, documents, truncate, raw, field, instruction)  # (N,)
     order = [int(i) for i in np.argsort(-scores, kind="stable")][: top_n or len(documents)]
     if tei:
         return jsonify([_tei_item(i, float(scores[i]), documents[i], return_text) for i in order])
