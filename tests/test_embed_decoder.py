@@ -187,3 +187,37 @@ def test_the_cli_passes_an_instruction_to_a_decoder_reranker(models):  # noqa: F
     np.testing.assert_allclose(
         [r["score"] for r in rows], golden("qwen3_reranker")["instruction_scores"], atol=1e-4
     )
+
+
+# a RANK GGUF's F16 weights (every matrix rounded, head rows included) move P("yes") by up to 2.9e-3 from
+# transformers' float32 (measured on cpu and cpu-numpy); F32 files are held to the SafeTensors bound
+RANK_ATOL = {"f32": SCORE_ATOL, "f16": 5e-3}
+
+
+@pytest.mark.parametrize("outtype", ["f32", "f16"])
+def test_a_rank_gguf_reranks_with_its_yes_no_rows(backend, outtype):
+    """llama.cpp's converter writes Qwen3-Reranker with pooling type RANK and the LM head cut to the "yes" and
+    "no" rows (cls.output): alone, it is a reranker (no task asked), P("yes") as transformers gives it, the
+    instruction as the model card's."""
+    gguf = Path(__file__).parent / "golden" / "gguf" / f"qwen3_reranker_{outtype}.gguf"
+    want = golden("qwen3_reranker")
+    model = Embedder.load(gguf, device=backend)
+    assert model.task == "rerank" and model.rank_head is not None
+    ids = decoder_rerank.pair_ids(model, QUERY, list(SENTENCES), None, True)
+    assert ids == [list(x) for x in want["ids"]]
+    np.testing.assert_allclose(model.rerank(QUERY, list(SENTENCES)), want["scores"], atol=RANK_ATOL[outtype])
+    got = model.rerank(QUERY, list(SENTENCES), instruction=INSTRUCTION)
+    np.testing.assert_allclose(got, want["instruction_scores"], atol=RANK_ATOL[outtype])
+    with pytest.raises(UnsupportedError, match="reranker"):
+        model.embed(["a sentence"])
+
+
+def test_a_rank_gguf_must_name_its_rows():
+    """Labels other than yes/no leave the rows unnamed: a CheckpointError naming the key."""
+    import dataclasses
+
+    ckpt = load_checkpoint(Path(__file__).parent / "golden" / "gguf" / "qwen3_reranker_f32.gguf")
+    meta = dict(ckpt.gguf_metadata, **{"qwen3.classifier.output_labels": ["LABEL_0", "LABEL_1"]})
+    with pytest.raises(CheckpointError, match="output_labels"):
+        decoder_rerank.gguf_rank_head(dataclasses.replace(ckpt, gguf_metadata=meta))
+    assert model_task(ckpt.config, ckpt.gguf_metadata, ckpt.directory) == "rerank"

@@ -155,17 +155,22 @@ def model_task(
     `directory` holds a sentence-transformers modules.json with a Pooling module, or it is a GGUF whose
     converter wrote a mean, CLS or last-token `{arch}.pooling_type` (llama.cpp's converter does so from that
     modules.json): then it is a decoder embedder (Qwen3-Embedding, E5-Mistral), whatever architecture its
-    config names."""
+    config names. A decoder GGUF of pooling type RANK is a yes/no reranker (llama.cpp's Qwen3-Reranker)."""
     task = getattr(get_model_module(config, gguf_metadata), "task", None)
     if task is not None:
         return task(config)
     if directory is not None and _has_pooling(Path(directory)):
         return "embed"
-    return "embed" if _gguf_pooling(gguf_metadata) in GGUF_EMBED_POOLING else "generate"
+    pooling = _gguf_pooling(gguf_metadata)
+    if pooling == GGUF_RANK_POOLING:
+        return "rerank"  # a yes/no decoder reranker with its head rows (blazr.tasks.decoder_rerank)
+    return "embed" if pooling in GGUF_EMBED_POOLING else "generate"
 
 
-# llama.cpp's llama_pooling_type values of an embedder: mean, CLS, last token (0 is none, 4 a reranker's rank)
+# llama.cpp's llama_pooling_type values of an embedder: mean, CLS, last token (0 is none); 4 is RANK, which
+# its converter writes for Qwen3-Reranker with the "yes" / "no" rows of the LM head as cls.output
 GGUF_EMBED_POOLING = (1, 2, 3)
+GGUF_RANK_POOLING = 4
 
 
 def _gguf_pooling(gguf_metadata: dict[str, Any] | None) -> int | None:

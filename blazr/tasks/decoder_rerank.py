@@ -6,11 +6,16 @@ block); the prompt's three parts are tokenized separately (the pair text with th
 cut to fit the model's limit) and joined. The score is softmax over the logits of the "no" and "yes" tokens at
 the last position, P("yes") = sigmoid(logit_yes - logit_no); raw scores are that difference. Pairs are packed
 into forward passes as embeddings are (Embedder._batches), and only each pair's last row reaches the LM head.
+
+llama.cpp's converter writes Qwen3-Reranker as a GGUF of pooling type RANK whose LM head is cut down to the two
+rows that matter, `cls.output` (2, D) in the order of {arch}.classifier.output_labels ("yes", "no"); such a file
+runs headless with those rows (RankHead) in place of the head, the same score.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,6 +31,36 @@ SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 PAIR = "<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}"
 DEFAULT_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
 ANSWERS = ("no", "yes")  # the two tokens compared, in the model card's order
+
+
+RANK_TENSOR = "cls.output.weight"  # a RANK GGUF's head rows, as the loader names them
+
+
+@dataclass
+class RankHead:
+    """The yes/no rows of a RANK GGUF: rows (2, D) on the device, and which row is which answer."""
+
+    rows: Any
+    yes: int
+    no: int
+
+
+def gguf_rank_head(checkpoint: Any) -> tuple[np.ndarray, int, int] | None:
+    """(rows (2, D) float32, yes row, no row) of a RANK GGUF decoder reranker, else None."""
+    meta = checkpoint.gguf_metadata or {}
+    arch = meta.get("general.architecture", "")
+    if meta.get(f"{arch}.pooling_type") != 4 or RANK_TENSOR not in checkpoint.tensors:
+        return None
+    labels = [str(x) for x in meta.get(f"{arch}.classifier.output_labels") or []]
+    if sorted(labels) != sorted(("yes", "no")):
+        raise CheckpointError(
+            f"{checkpoint.path}: a RANK GGUF reranker needs {arch}.classifier.output_labels 'yes' and 'no' "
+            f"naming the rows of {RANK_TENSOR}, not {labels}"
+        )
+    from blazr.models.base import host_array
+
+    rows = np.asarray(host_array(checkpoint.tensors[RANK_TENSOR]), dtype=np.float32)  # (2, D)
+    return rows, labels.index("yes"), labels.index("no")
 
 
 def answer_ids(encoder: Any, source: Any = "") -> list[int]:
@@ -77,13 +112,24 @@ def scores(
     instruction: str | None = None,
 ) -> np.ndarray:
     """(N,) P("yes") of each document (logit_yes - logit_no when raw_scores), float32."""
-    no, yes = answer_ids(embedder._encoder, embedder.checkpoint.path)
+    head: RankHead | None = embedder.rank_head
+    no, yes = answer_ids(embedder._encoder, embedder.checkpoint.path) if head is None else (head.no, head.yes)
     ids = pair_ids(embedder, query, documents, instruction, truncate)
     parts = []
     for start, stop in embedder._batches([len(x) for x in ids]):
         lens = np.array([len(x) for x in ids[start:stop]], dtype=np.int64)  # (B,)
-        logits = embedder.model.last_logits(np.concatenate(ids[start:stop]), lens)  # (B, V)
-        logits = np.asarray(embedder.backend.download(logits), dtype=np.float64)  # (B, V)
+        logits = _last_logits(embedder, head, np.concatenate(ids[start:stop]), lens)  # (B, V) or (B, 2)
+        logits = np.asarray(embedder.backend.download(logits), dtype=np.float64)
         parts.append(logits[:, yes] - logits[:, no])  # (B,)
     margin = np.concatenate(parts)  # (N,) log P(yes) - log P(no)
     return (margin if raw_scores else 1.0 / (1.0 + np.exp(-margin))).astype(np.float32)
+
+
+def _last_logits(embedder: Any, head: RankHead | None, ids: np.ndarray, lens: np.ndarray) -> Any:
+    """Logits at each packed sequence's last token: the LM head's (B, V), or a RANK head's (B, 2)."""
+    if head is None:
+        return embedder.model.last_logits(ids, lens)
+    be = embedder.backend
+    hidden = embedder.model.encode(ids, lens)  # (T, D) final-norm states
+    last = be.embed(hidden, be.upload((np.cumsum(lens) - 1).astype(np.int32)))  # (B, D)
+    return be.matmul(last, head.rows)  # (B, 2)

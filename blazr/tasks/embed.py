@@ -12,6 +12,7 @@ each sequence), then pooled, projected and normalised by the model's sentence-tr
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import numpy as np
 import tokenizers
 
 from blazr.errors import InputError, UnsupportedError
+from blazr.tasks import decoder_rerank
 from blazr.tasks.sentence_modules import SentenceModules, pool, read_sentence_modules
 
 DEFAULT_BATCH_TOKENS = 8192  # tokens per forward pass: big enough to fill the matmuls, small enough for L2/L3
@@ -39,9 +41,11 @@ class Embedder:
         modules: SentenceModules,
         task: str,
         max_batch_tokens: int = DEFAULT_BATCH_TOKENS,
+        rank_head: Any = None,
     ):
         self.checkpoint, self.tokenizer, self.model, self.backend = checkpoint, tokenizer, model, backend
         self.modules, self.task, self.max_batch_tokens = modules, task, max_batch_tokens
+        self.rank_head = rank_head  # a RANK GGUF reranker's yes/no rows (decoder_rerank.RankHead), else None
         self._encoder = _untruncated(tokenizer.inner)  # the model's tokenizer with no limit of its own
         self._special = self._encoder.num_special_tokens_to_add(False)  # e.g. [CLS] and [SEP]
 
@@ -69,9 +73,19 @@ class Embedder:
         # Exact float32 activations unless asked otherwise: rounding them to int8 (the CPU's default for packed
         # weights in text generation) reordered all-MiniLM Q8_0's similarity ranking (cosine 0.9975 against
         # 0.9994 in float32), and the ranking is what an embedding is for
-        net = build_model(checkpoint, backend, dtype or "f32", lm_head=task != "embed")
+        rank = decoder_rerank.gguf_rank_head(checkpoint)  # (2, D) yes/no rows, yes, no; or None
+        weights = checkpoint
+        if rank is not None:  # the rows replace the LM head: the decoder itself loads headless
+            tensors = {k: v for k, v in checkpoint.tensors.items() if k != decoder_rerank.RANK_TENSOR}
+            weights = dataclasses.replace(checkpoint, tensors=tensors)
+        net = build_model(weights, backend, dtype or "f32", lm_head=task != "embed" and rank is None)
         modules = read_sentence_modules(Path(checkpoint.directory), checkpoint.gguf_metadata)
-        return cls(checkpoint, load_tokenizer(checkpoint), net, net.be, modules, task, **options)
+        head = (
+            None if rank is None else decoder_rerank.RankHead(net.be.upload(rank[0], "f32"), rank[1], rank[2])
+        )
+        return cls(
+            checkpoint, load_tokenizer(checkpoint), net, net.be, modules, task, rank_head=head, **options
+        )
 
     # ---- what it gives -----------------------------------------------------------------------------------
 
@@ -205,8 +219,6 @@ class Embedder:
             if not isinstance(document, str) or not document:
                 raise InputError(f"documents {i} is not a non-empty string", "documents")
         if self.is_decoder and self.task == "rerank":
-            from blazr.tasks import decoder_rerank
-
             return decoder_rerank.scores(self, query, documents, truncate, raw_scores, instruction)
         if instruction is not None:
             raise InputError("instruction is for decoder rerankers (Qwen3-Reranker) only", "instruction")

@@ -8,7 +8,10 @@ With --llama-cpp DIR (llama.cpp's source, as for make_encoder_gguf.py) it also c
 with llama.cpp's own converter to tests/golden/gguf/qwen3_embed_lasttoken_{f32,f16}.gguf (the converter writes
 qwen3.pooling_type from the directory's modules.json and add_eos_token from its tokenizer; the tiny byte-level
 BPE gets the pre-tokenizer name "qwen2") and writes decoder_embed/gguf_pipeline.npz: what the GGUF alone gives,
-inputs cut at its context length (512, not the directory's 64) and unit vectors.
+inputs cut at its context length (512, not the directory's 64) and unit vectors. It converts the reranker too,
+to qwen3_reranker_{f32,f16}.gguf, from a directory named qwen3-reranker (the converter tells a Qwen3-Reranker by
+its name, README or architecture): pooling type RANK, the LM head cut to its "yes" and "no" rows (cls.output);
+its reference is qwen3_reranker.npz's scores.
 The reranker is scored as Qwen3-Reranker's model card does: prefix tokens + the tokenized pair text + suffix
 tokens, logits of "no" and "yes" at the last position, p(yes) from their softmax. Each pair runs alone (no
 padding); the script checks that the model card's left-padded batch gives the same scores.
@@ -104,6 +107,12 @@ def gguf_files(llama_cpp: Path) -> None:
         for outtype in ("f32", "f16"):
             out = out_dir / f"qwen3_embed_lasttoken_{outtype}.gguf"
             convert(root, out, outtype, converter, pre="qwen2")
+            print(f"{out.relative_to(REPO)}: {out.stat().st_size} bytes")
+        reranker = write_case("qwen3_reranker", Path(tmp))
+        named = reranker.rename(reranker.parent / "qwen3-reranker")  # the name the converter looks for
+        for outtype in ("f32", "f16"):
+            out = out_dir / f"qwen3_reranker_{outtype}.gguf"
+            convert(named, out, outtype, converter, pre="qwen2")
             print(f"{out.relative_to(REPO)}: {out.stat().st_size} bytes")
         model = SentenceTransformer(str(root), device="cpu")
         model.max_seq_length = MAX_LENGTH
