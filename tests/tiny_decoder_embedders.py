@@ -48,9 +48,15 @@ def bpe_model() -> tuple[list[str], list[tuple[str, str]]]:
     letter (with the leading-space marker Ġ, and the answers also without it)."""
     # ByteLevel writes a newline as Ċ and a space as Ġ; the other printable ASCII bytes as themselves
     chars = ["Ċ", "Ġ"] + [chr(b) for b in range(33, 127)]
-    vocab = SPECIALS + THINK + chars
-    merges: list[tuple[str, str]] = []
-    for form in ["Ġ" + w for w in WORDS + ANSWERS] + ANSWERS:
+    vocab, merges = merged_words(SPECIALS + THINK + chars, ["Ġ" + w for w in WORDS + ANSWERS] + ANSWERS)
+    assert len(vocab) <= tiny_config("qwen3")["vocab_size"], len(vocab)
+    return vocab, merges
+
+
+def merged_words(symbols: list[str], forms: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
+    """(vocab, merges): `symbols`, then every prefix of each form merged letter by letter, left to right."""
+    vocab, merges = list(symbols), []
+    for form in forms:
         cur = form[0]
         for ch in form[1:]:
             if (cur, ch) not in merges:
@@ -58,7 +64,6 @@ def bpe_model() -> tuple[list[str], list[tuple[str, str]]]:
             cur += ch
             if cur not in vocab:
                 vocab.append(cur)
-    assert len(vocab) <= tiny_config("qwen3")["vocab_size"], len(vocab)
     return vocab, merges
 
 
@@ -142,16 +147,8 @@ def _write_tokenizer(root: Path, appends_eos: bool) -> None:
 def llama_bpe_model() -> tuple[list[str], list[tuple[str, str]]]:
     """(vocab, merges) of the tiny Llama-style tokenizer: its specials, "▁" and printable ASCII, then each word
     merged letter by letter after the word-start marker."""
-    vocab = LLAMA_SPECIALS + ["▁"] + [chr(b) for b in range(33, 127)]
-    merges: list[tuple[str, str]] = []
-    for form in ["▁" + w for w in WORDS + ANSWERS]:
-        cur = form[0]
-        for ch in form[1:]:
-            if (cur, ch) not in merges:
-                merges.append((cur, ch))
-            cur += ch
-            if cur not in vocab:
-                vocab.append(cur)
+    symbols = LLAMA_SPECIALS + ["▁"] + [chr(b) for b in range(33, 127)]
+    vocab, merges = merged_words(symbols, ["▁" + w for w in WORDS + ANSWERS])
     assert len(vocab) <= tiny_config("mistral")["vocab_size"], len(vocab)
     return vocab, merges
 
