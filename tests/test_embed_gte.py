@@ -45,17 +45,21 @@ def test_the_ntk_scaling_changes_the_vectors(tmp_path):
     assert np.abs(got - golden("gte_ntk_cls")["vectors"]).max() > 1e-3
 
 
-@pytest.mark.parametrize("prefix", ["new.", "gte."])
-def test_reranker_from_the_hub_or_transformers(tmp_path, prefix):
-    """The hub's NewForSequenceClassification nests the encoder under "new.", transformers' saves under "gte."."""
+@pytest.mark.parametrize("saved_by", ["hub", "transformers"])
+def test_reranker_from_the_hub_or_transformers(tmp_path, saved_by):
+    """The hub's NewForSequenceClassification nests the encoder under "new."; transformers 5.24's save_pretrained
+    of GteForSequenceClassification writes "new.gte." before the encoder and "new." before the classifier."""
     from safetensors.numpy import load_file, save_file
 
     root = write_case("gte_reranker", tmp_path)
-    if prefix == "new.":
+    if saved_by == "hub":
         hub_spelling(root, "NewForSequenceClassification")
     else:
         path = str(root / "model.safetensors")
-        tensors = {("gte." + k[4:] if k.startswith("new.") else k): v for k, v in load_file(path).items()}
+        tensors = {
+            ("new.gte." + k[4:] if k.startswith("new.") else "new." + k): v
+            for k, v in load_file(path).items()
+        }
         save_file(tensors, path)
     model = Embedder.load(root, device="cpu")
     assert model.task == "rerank"

@@ -63,14 +63,8 @@ class TypedEmbeddings(Module):
     OPS = ("embed", "binary", "layer_norm")
 
     def __init__(self, backend, vocab: int, dim: int, types: int, eps: float, tables: str, norm: str):
-        self.be, self.vocab, self.dim, self.types, self.tables, self.norm_name = (
-            backend,
-            vocab,
-            dim,
-            types,
-            tables,
-            norm,
-        )
+        self.be, self.vocab, self.dim, self.types = backend, vocab, dim, types
+        self.tables, self.norm_name = tables, norm
         self.norm = LayerNorm(backend, dim, eps)
         self.word = self.token_type = None  # (V, D), (types, D) or None
 

@@ -105,7 +105,9 @@ class Model(nomic_bert.Model):
     BIAS = True
     ACTIVATIONS = ACTIVATIONS
     UNUSED = ("embeddings.position_ids", "lm_head.")
-    PREFIXES = ("new.", "gte.")  # where the *For* checkpoints nest the encoder: the hub's, transformers'
+    # where the *For* checkpoints nest the encoder: the hub's "new.", and what transformers 5.24's save_pretrained
+    # writes for GteForSequenceClassification ("new.gte." before the encoder, "new." before the classifier)
+    PREFIXES = ("new.", "gte.")
 
     def __init__(self, args: ModelArgs, backend, dtype: str | None = None):
         super().__init__(args, backend, dtype)
@@ -115,7 +117,8 @@ class Model(nomic_bert.Model):
     def sanitize(self, weights: dict[str, Any]) -> dict[str, Any]:
         out = {}
         for name, value in weights.items():
-            name = next((name[len(p) :] for p in self.PREFIXES if name.startswith(p)), name)
+            while name.startswith(self.PREFIXES):
+                name = name.split(".", 1)[1]
             if name.startswith(self.UNUSED) or (self.head is None and name.startswith("pooler.")):
                 continue
             if name.endswith("mlp.up_gate_proj.weight"):  # (2F, D): up rows, then gate rows
