@@ -51,6 +51,10 @@ class SamplingParams:
     logprobs: int | None = None  # top-N logprobs per generated token (0..20); None: off
     n: int = 1  # completions of the prompt (choices); they share the prompt's KV blocks
     constraint: Constraint | None = None  # JSON / JSON Schema / regex / grammar the output must match
+    # the request field a client set max_tokens with on an OpenAI-style route: then a max_tokens that does not fit
+    # beside the prompt is a 400 naming it (OpenAI's and vLLM's rule); None (a server default, Ollama's
+    # num_predict, Anthropic's max_tokens, llama.cpp's n_predict) is clamped to the context instead
+    max_tokens_field: str | None = None
 
     def validate(self, vocab_size: int | None = None) -> SamplingParams:
         """Raise ConfigError naming the first out-of-range field; returns self so calls can chain."""

@@ -38,13 +38,25 @@ class Delta:
 
 
 def check_prompt(model: LoadedModel, prompt_ids: list[int], params: SamplingParams) -> SamplingParams:
-    """Raise 400 for a prompt that leaves no room in the context; return params with max_tokens clamped."""
+    """Raise 400 for a prompt that leaves no room in the context, or for a max_tokens the client set on an
+    OpenAI-style route that does not fit beside it (params.max_tokens_field); return params with any other
+    max_tokens clamped to the room left."""
     num_ctx = model.num_ctx
     if len(prompt_ids) >= num_ctx:
         raise ApiError(
             400,
             f"the prompt has {len(prompt_ids)} tokens but model '{model.name}' has a context limit of "
             f"{num_ctx} tokens (prompt plus at least one generated token); shorten the prompt",
+            code="context_length_exceeded",
+        )
+    field = params.max_tokens_field
+    if field is not None and len(prompt_ids) + params.max_tokens > num_ctx:
+        raise ApiError(
+            400,
+            f"model '{model.name}' has a context limit of {num_ctx} tokens, but {len(prompt_ids) + params.max_tokens} "
+            f"were requested ({len(prompt_ids)} in the prompt, {params.max_tokens} in '{field}'); ask for at most "
+            f"{num_ctx - len(prompt_ids)} or shorten the prompt",
+            param=field,
             code="context_length_exceeded",
         )
     params = dataclasses.replace(params, max_tokens=min(params.max_tokens, num_ctx - len(prompt_ids)))

@@ -32,12 +32,18 @@ async def load_model(body: dict[str, Any], tasks: tuple[str, ...] = ("generate",
     return model
 
 
-def request_params(body: dict[str, Any], model: LoadedModel, keys: tuple[str, ...]) -> SamplingParams:
-    """SamplingParams from the body; max tokens from `keys`, defaulting to the server's generation setting."""
+def request_params(
+    body: dict[str, Any], model: LoadedModel, keys: tuple[str, ...], strict: bool = False
+) -> SamplingParams:
+    """SamplingParams from the body; max tokens from `keys`, defaulting to the server's generation setting.
+    `strict` (OpenAI's chat, completions and responses): a max tokens the client set that does not fit beside
+    the prompt is a 400 naming its field (generation.check_prompt), as OpenAI and vLLM answer."""
     default = current_state().settings.generation.max_tokens
-    return sampling_params(
+    params = sampling_params(
         body, vocab_size=model.vocab_size, max_tokens_keys=keys, default_max_tokens=default
     )
+    field = next((key for key in keys if body.get(key) is not None), None) if strict else None
+    return dataclasses.replace(params, max_tokens_field=field) if field else params
 
 
 @contextlib.contextmanager

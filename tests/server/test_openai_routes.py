@@ -215,13 +215,42 @@ async def test_prompt_longer_than_context_is_400_naming_the_limit(tiny_client, s
     assert_openai_error(status, raw, "prompt")
 
 
-async def test_huge_max_tokens_is_clamped_to_the_context(tiny_client):
-    body = {"messages": HI, "max_tokens": 10**9, "temperature": 0, "logit_bias": {"2": -100}}
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_max_tokens_past_the_context_is_a_400_naming_it(tiny_client, stream):
+    """OpenAI's and vLLM's rule: a max tokens the client set that does not fit beside the prompt in the tiny
+    model's 512-token context is a 400 naming the field and the room left (the request is not run to the end
+    of the context); one that fits runs."""
+    for path, field, body in [
+        ("/v1/chat/completions", "max_tokens", {"messages": HI}),
+        ("/v1/chat/completions", "max_completion_tokens", {"messages": HI}),
+        ("/v1/completions", "max_tokens", {"prompt": "hi"}),
+        ("/v1/responses", "max_output_tokens", {"input": "hi"}),
+    ]:
+        status, raw, _ = await post(tiny_client, path, body | {field: 10**9, "stream": stream})
+        error = assert_openai_error(status, raw, field)
+        assert error["code"] == "context_length_exceeded" and "512" in error["message"], error
+    body = {"messages": HI, "max_tokens": 3, "temperature": 0, "stream": stream}
     status, raw, _ = await post(tiny_client, "/v1/chat/completions", body)
     assert status == 200, raw
-    body = json.loads(raw)
-    assert body["choices"][0]["finish_reason"] == "length"
-    assert body["usage"]["total_tokens"] == 512  # the whole context, not 10**9
+
+
+async def test_a_default_max_tokens_and_other_families_are_clamped_to_the_context(tiny_client):
+    """Without max_tokens the server's default is clamped to the room left; Ollama's num_predict and
+    Anthropic's max_tokens keep their own routes' clamping (their clients send large values)."""
+    body = {"messages": HI, "temperature": 0, "logit_bias": {"2": -100}}
+    status, raw, _ = await post(tiny_client, "/v1/chat/completions", body)
+    assert status == 200, raw
+    body = {
+        "model": "tiny",
+        "messages": HI,
+        "stream": False,
+        "options": {"num_predict": 10**6, "temperature": 0},
+    }
+    response = await tiny_client.post("/api/chat", json=body)
+    assert response.status_code == 200
+    body = {"model": "tiny", "messages": HI, "max_tokens": 10**6, "temperature": 0}
+    response = await tiny_client.post("/v1/messages", json=body)
+    assert response.status_code == 200, await response.get_data()
 
 
 # ---- tool calls ---------------------------------------------------------------------------------------

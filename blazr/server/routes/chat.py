@@ -74,7 +74,7 @@ async def chat_completions():
     n = choice_count(body)
     top_logprobs = chat_logprobs_setting(body)
     model = await load_model(body)
-    params = request_params(body, model, MAX_TOKENS_KEYS)
+    params = request_params(body, model, MAX_TOKENS_KEYS, strict=True)
     params.logprobs = top_logprobs
     params.constraint = constraint
     prompt = build_chat_prompt(model.llm, messages, tools)

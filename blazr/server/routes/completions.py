@@ -124,7 +124,7 @@ async def completions():
             param="echo",
         )
     model = await load_model(body)
-    params = request_params(body, model, ("max_tokens",))
+    params = request_params(body, model, ("max_tokens",), strict=True)
     params.logprobs = top
     params.constraint = constraint
     tokenizer = model.llm.tokenizer

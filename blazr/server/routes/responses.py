@@ -64,7 +64,7 @@ async def responses():
     constraint = chat_constraint(body, tools, "text.format", fmt=text_format, schema_inside=False)
     stream = bool(get_bool(body, "stream", default=False))
     model = await load_model(body)
-    params = request_params(body, model, ("max_output_tokens",))
+    params = request_params(body, model, ("max_output_tokens",), strict=True)
     params.constraint = constraint
     prompt = build_chat_prompt(model.llm, messages, tools)
     head = response_head(model.name, instructions, params, body.get("max_output_tokens"), tools)
