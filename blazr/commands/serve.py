@@ -263,11 +263,30 @@ async def _serve(app, config) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
+    failed: list[str] = []
+    watcher = asyncio.ensure_future(_stop_if_default_fails(state, stop, failed))
     try:
         await serve(app, config, shutdown_trigger=stop.wait)
     except OSError as e:
         raise ConfigError(f"cannot listen on {config.bind[0]}: {e.strerror}") from None
+    finally:
+        watcher.cancel()
+    if failed:
+        raise BlazrError(f"cannot serve: the model {state.models.default_model!r} did not load: {failed[0]}")
     logging.getLogger("blazr.server").info("server shut down gracefully")
+
+
+async def _stop_if_default_fails(state, stop: asyncio.Event, failed: list[str]) -> None:
+    """Shut the server down when the model `serve` was started with fails to load (a broken file, a format
+    blazr does not run): answering /health 503 forever would hide the error from whatever supervises the
+    process. Models named later in requests fail those requests only (state.ModelManager)."""
+    models = state.models
+    while not models.ready:
+        await asyncio.sleep(0.05)
+    if models.default_error is not None:
+        failed.append(models.default_error.message)
+        state.shutting_down = True
+        stop.set()
 
 
 def ps(

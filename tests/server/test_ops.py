@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from blazr.commands.serve import check_tls, collect_api_keys
@@ -206,3 +207,19 @@ def _health(port: int) -> int | None:
         return conn.getresponse().status
     except OSError:
         return None
+
+
+def test_serve_exits_non_zero_when_its_model_does_not_load(tmp_path):
+    """`blazr serve --model X` with X a checkpoint blazr cannot run stops with exit 1 and the load error, rather
+    than answering /health 503 forever (a supervisor restarts or reports it)."""
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text(json.dumps({"architectures": ["NoSuchModelForCausalLM"]}))
+    from safetensors.numpy import save_file
+
+    save_file({"w": np.zeros((2, 2), np.float32)}, str(broken / "model.safetensors"))
+    env = {**os.environ, "BLAZR_CONFIG": str(tmp_path / "none.yaml")}
+    command = [sys.executable, "-m", "blazr", "serve", "--model", str(broken), "--port", str(free_port())]
+    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert "did not load" in proc.stderr and "NoSuchModelForCausalLM" in proc.stderr, proc.stderr
