@@ -51,6 +51,16 @@ class SamplingParams:
     logprobs: int | None = None  # top-N logprobs per generated token (0..20); None: off
     n: int = 1  # completions of the prompt (choices); they share the prompt's KV blocks
     constraint: Constraint | None = None  # JSON / JSON Schema / regex / grammar the output must match
+    # llama.cpp's sampler extras (engine/sampling_chain.py); the defaults leave them off
+    typical_p: float = 1.0  # locally typical sampling's mass; 1.0 disables
+    dynatemp_range: float = 0.0  # dynamic temperature in [temperature -/+ range]; 0 disables
+    dynatemp_exponent: float = 1.0
+    xtc_probability: float = 0.0  # Exclude Top Choices: the chance per token; 0 disables
+    xtc_threshold: float = 0.1
+    top_n_sigma: float = -1.0  # keep logits within n standard deviations of the top; <= 0 disables
+    mirostat: int = 0  # 1 or 2: mirostat v1 / v2 replaces top-k/p and the rest; 0 disables
+    mirostat_tau: float = 5.0  # target surprise (bits)
+    mirostat_eta: float = 0.1  # learning rate of mu
     # the request field a client set max_tokens with on an OpenAI-style route: then a max_tokens that does not fit
     # beside the prompt is a 400 naming it (OpenAI's and vLLM's rule); None (a server default, Ollama's
     # num_predict, Anthropic's max_tokens, llama.cpp's n_predict) is clamped to the context instead
@@ -76,6 +86,20 @@ class SamplingParams:
                 "in [-2, 2]",
             ),
             ("presence_penalty", self.presence_penalty, -2.0 <= self.presence_penalty <= 2.0, "in [-2, 2]"),
+            ("typical_p", self.typical_p, 0.0 < self.typical_p <= 1.0, "in (0, 1]"),
+            ("dynatemp_range", self.dynatemp_range, 0.0 <= self.dynatemp_range <= 100.0, "in [0, 100]"),
+            (
+                "dynatemp_exponent",
+                self.dynatemp_exponent,
+                0.0 <= self.dynatemp_exponent <= 100.0,
+                "in [0, 100]",
+            ),
+            ("xtc_probability", self.xtc_probability, 0.0 <= self.xtc_probability <= 1.0, "in [0, 1]"),
+            ("xtc_threshold", self.xtc_threshold, 0.0 <= self.xtc_threshold <= 1.0, "in [0, 1]"),
+            ("top_n_sigma", self.top_n_sigma, self.top_n_sigma <= 100.0, "<= 100 (<= 0 disables)"),
+            ("mirostat", self.mirostat, self.mirostat in (0, 1, 2), "0, 1 or 2"),
+            ("mirostat_tau", self.mirostat_tau, 0.0 <= self.mirostat_tau <= 100.0, "in [0, 100]"),
+            ("mirostat_eta", self.mirostat_eta, 0.0 <= self.mirostat_eta <= 10.0, "in [0, 10]"),
         ]
         if self.logprobs is not None:
             ok = isinstance(self.logprobs, int) and 0 <= self.logprobs <= MAX_LOGPROBS
@@ -100,7 +124,7 @@ class SamplingParams:
         self.constraint.grammar()
 
     def _validate_types(self) -> None:
-        for name in ("max_tokens", "top_k", "repeat_last_n", "n"):
+        for name in ("max_tokens", "top_k", "repeat_last_n", "n", "mirostat"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"sampling parameter {name}={value!r} must be an integer")
@@ -113,6 +137,14 @@ class SamplingParams:
             "repeat_penalty",
             "frequency_penalty",
             "presence_penalty",
+            "typical_p",
+            "dynatemp_range",
+            "dynatemp_exponent",
+            "xtc_probability",
+            "xtc_threshold",
+            "top_n_sigma",
+            "mirostat_tau",
+            "mirostat_eta",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -187,6 +219,7 @@ class Request:
     num_preemptions: int = 0
     block_keys: list[bytes] = field(default_factory=list)  # prefix-cache keys of its full blocks so far
     matcher: Any = None  # its own ConstraintMatcher when params.constraint is set
+    mirostat_mu: float | None = None  # mirostat's running target surprise (sampling_chain), None until used
     status: RequestStatus = RequestStatus.WAITING
     finish_reason: FinishReason | None = None
     stop_reason: str | int | None = None

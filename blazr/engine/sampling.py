@@ -4,7 +4,8 @@ and stop-string matching on the detokenized text.
 Order per token (as llama.cpp): logit_bias, repetition penalty, frequency/presence penalties, the constraint
 mask (last, so nothing can lift it), then the backend's temperature / top-k / top-p / min-p sampler with a
 uniform draw from the request's own seeded RNG. Only rows that need host work are downloaded; the others are
-sampled on the device as they are.
+sampled on the device as they are. A request with llama.cpp's extras (typical-p, dynamic temperature, XTC,
+top-n-sigma, mirostat) is sampled on the host by llama.cpp's whole chain (sampling_chain.py) with the same draw.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import fields
 import numpy as np
 
 from blazr.backends.base import Array, Backend, SampleParams
+from blazr.engine import sampling_chain
 from blazr.engine.constraints import MASKED_LOGIT
 from blazr.engine.request import Request, SamplingParams, TokenLogprob
 
@@ -62,8 +64,10 @@ def needs_processing(params: SamplingParams) -> bool:
 
 
 def needs_host(request: Request) -> bool:
-    """Whether this sequence's logits row must come to the host: processors, logprobs or a constraint."""
-    return request.matcher is not None or needs_processing(request.params)
+    """Whether this sequence's logits row must come to the host: processors, logprobs, a constraint or
+    llama.cpp's sampler extras."""
+    p = request.params
+    return request.matcher is not None or needs_processing(p) or sampling_chain.needs_chain(p)
 
 
 def process_logits(logits: np.ndarray, request: Request) -> np.ndarray:
@@ -142,8 +146,16 @@ class Sampler:
         logprobs: list[TokenLogprob | None] = [None] * len(requests)
         host_logits = self.backend.download(self._rows(logits, host, len(requests)))  # (H, V)
         rows = np.stack([process_logits(host_logits[j], requests[i]) for j, i in enumerate(host)])  # (H, V)
-        picked = self.backend.sample(self.backend.upload(rows, dtype="f32"), select_params(params, host))
-        for j, (i, token) in enumerate(zip(host, self.backend.download(picked), strict=True)):
+        picked = self.backend.download(
+            self.backend.sample(self.backend.upload(rows, dtype="f32"), select_params(params, host))
+        )  # (H,)
+        for j, i in enumerate(host):
+            request = requests[i]
+            if sampling_chain.needs_chain(request.params):  # llama.cpp's chain, with the same uniform draw
+                picked[j], request.mirostat_mu = sampling_chain.sample(
+                    rows[j], request.params, request.mirostat_mu, float(params.uniform[i]), request.rng
+                )
+        for j, (i, token) in enumerate(zip(host, picked, strict=True)):
             request = requests[i]
             if request.matcher is not None and rows[j][token] <= MASKED_LOGIT:
                 token = int(np.argmax(rows[j]))  # float rounding picked a masked token: take the best allowed

@@ -28,6 +28,10 @@ OPTION_NAMES = {
     "repeat_last_n": "repeat_last_n",
     "frequency_penalty": "frequency_penalty",
     "presence_penalty": "presence_penalty",
+    "typical_p": "typical_p",
+    "mirostat": "mirostat",
+    "mirostat_tau": "mirostat_tau",
+    "mirostat_eta": "mirostat_eta",
 }
 UNLIMITED_PREDICT = 1 << 30  # num_predict <= 0 means "until EOS or the context is full"; clamped later
 

@@ -178,7 +178,33 @@ def sampling_params(
         logit_bias=_logit_bias(body, vocab_size),
         seed=get_int(body, "seed"),
         stop=get_stop(body),
+        **_sampler_extras(body),
     )
+
+
+def _sampler_extras(body: dict) -> dict[str, Any]:
+    """llama.cpp's sampler extras by its server's names (typical_p, dynatemp_range / _exponent, xtc_probability
+    / _threshold, top_n_sigma, mirostat / _tau / _eta); absent ones keep SamplingParams' defaults (off)."""
+    out: dict[str, Any] = {}
+    for name, low, high in (
+        ("typical_p", 0.0, 1.0),
+        ("dynatemp_range", 0.0, 100.0),
+        ("dynatemp_exponent", 0.0, 100.0),
+        ("xtc_probability", 0.0, 1.0),
+        ("xtc_threshold", 0.0, 1.0),
+        ("top_n_sigma", None, 100.0),
+        ("mirostat_tau", 0.0, 100.0),
+        ("mirostat_eta", 0.0, 10.0),
+    ):
+        value = get_float(body, name, min=low, max=high)
+        if value is not None:
+            out[name] = value
+    if out.get("typical_p") == 0.0:
+        raise _bad("typical_p", "must be in (0, 1], got 0")
+    mirostat = get_int(body, "mirostat", min=0, max=2)
+    if mirostat is not None:
+        out["mirostat"] = mirostat
+    return out
 
 
 def _top_p(body: dict) -> float:

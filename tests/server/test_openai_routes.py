@@ -482,3 +482,21 @@ async def test_smollm2_answers(smollm2_client):
     body = {"prompt": "The capital of France is", "max_tokens": 3, "temperature": 0}
     _, raw, _ = await post(smollm2_client, "/v1/completions", body)
     assert json.loads(raw)["choices"][0]["text"].startswith(" Paris.")
+
+
+async def test_llama_cpp_sampler_extras_are_accepted_and_checked(tiny_client):
+    """mirostat, typical_p, dynatemp, XTC and top-n-sigma by llama.cpp's names: a seeded request repeats; a value
+    out of range is a 400 naming it; Ollama's options carry mirostat and typical_p."""
+    extras = {"mirostat": 2, "mirostat_tau": 3.0, "typical_p": 0.9, "dynatemp_range": 0.3, "seed": 4}
+    body = {"messages": HI, "max_tokens": 8, "xtc_probability": 0.5, "top_n_sigma": 1.5, **extras}
+    first = json.loads((await post(tiny_client, "/v1/chat/completions", body))[1])
+    second = json.loads((await post(tiny_client, "/v1/chat/completions", body))[1])
+    assert first["choices"][0]["message"] == second["choices"][0]["message"]
+    for field, value in [("mirostat", 3), ("typical_p", 0), ("xtc_probability", 2), ("mirostat_eta", -1)]:
+        status, raw, _ = await post(tiny_client, "/v1/chat/completions", {"messages": HI, field: value})
+        assert_openai_error(status, raw, field)
+    options = {"mirostat": 1, "mirostat_tau": 4.0, "typical_p": 0.8, "num_predict": 4, "seed": 2}
+    response = await tiny_client.post(
+        "/api/chat", json={"model": "tiny", "messages": HI, "stream": False, "options": options}
+    )
+    assert response.status_code == 200, await response.get_data()
