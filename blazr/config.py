@@ -78,6 +78,17 @@ class ServerSettings:
     max_inflight_tokens: int = 0  # 0 = unlimited; prompt + max_tokens of admitted requests, else 503
     max_embedding_inputs: int = 2048  # inputs one embedding request may hold (OpenAI's limit), else 400
     reasoning_field: str = "reasoning_content"  # chat replies' reasoning key: reasoning_content | reasoning
+    # latency SLO targets in ms (server/slo.py); unset ones are not checked. In YAML also as a mapping,
+    # server: {slo: {ttft_p95_ms: 500}}
+    slo_ttft_p50_ms: float | None = None
+    slo_ttft_p95_ms: float | None = None
+    slo_ttft_p99_ms: float | None = None
+    slo_itl_p50_ms: float | None = None
+    slo_itl_p95_ms: float | None = None
+    slo_itl_p99_ms: float | None = None
+    slo_e2e_p50_ms: float | None = None
+    slo_e2e_p95_ms: float | None = None
+    slo_e2e_p99_ms: float | None = None
 
 
 @dataclass
@@ -350,7 +361,13 @@ def _flatten(data: dict[str, Any], path: Path) -> dict[str, Any]:
                 continue
             if not isinstance(value, dict):
                 raise ConfigError(f"{path}: section '{key}' must be a mapping, got {value!r}")
-            flat.update({f"{key}.{k}": v for k, v in value.items()})
+            for k, v in value.items():
+                if isinstance(
+                    v, dict
+                ):  # a mapping inside a section: server.slo.ttft_p95_ms -> server.slo_ttft_p95_ms
+                    flat.update({f"{key}.{k}_{kk}": vv for kk, vv in v.items()})
+                else:
+                    flat[f"{key}.{k}"] = v
         else:
             flat[str(key)] = value
     return flat

@@ -20,6 +20,7 @@ from blazr.errors import BlazrError
 from blazr.server.errors import ApiError, api_error_from_blazr, error_response, family_for_path
 from blazr.server.metrics import Metrics
 from blazr.server.openapi import AUTH_FREE_PATHS
+from blazr.server.slo import SloChecker
 from blazr.server.state import ModelManager, ServerState, current_state, load_for_serving
 
 access_log = logging.getLogger("blazr.server.access")
@@ -51,6 +52,7 @@ def create_app(
 
     app = Quart("blazr.server")
     metrics = Metrics()
+    metrics.slo = SloChecker.from_settings(settings.server, metrics.slo_violations)
     directory = Path(model_dir) if model_dir is not None else default_model_dir(settings=settings)
     manager = ModelManager(
         settings,
@@ -82,6 +84,8 @@ def _install_hooks(app: Quart, state: ServerState) -> None:
     async def admit_request() -> Response | None:
         g.request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
         g.started = time.perf_counter()
+        state.metrics.requests_active.inc()
+        g.active = True  # teardown_request counts it out, whatever happens after
         if request.method == "OPTIONS":
             return None  # CORS preflight carries no credentials
         if state.shutting_down and request.path not in AUTH_FREE_PATHS:
@@ -94,6 +98,12 @@ def _install_hooks(app: Quart, state: ServerState) -> None:
         if length is not None and length > limit:
             raise ApiError(413, f"the request body has {length} bytes; the limit is {limit}")
         return None
+
+    @app.teardown_request
+    async def count_out(_error: BaseException | None) -> None:
+        if getattr(g, "active", False):
+            g.active = False
+            state.metrics.requests_active.dec()
 
     @app.after_request
     async def finish_request(response: Response) -> Response:

@@ -134,12 +134,13 @@ async def _run(model: LoadedModel, prompt_ids: list[int], params: SamplingParams
                 async with asyncio.timeout_at(_loop_time(deadline)):
                     out = await anext(outputs)
             except StopAsyncIteration:
+                metrics.slo.record("e2e", time.monotonic() - start)  # a request that ran to its end
                 return
             now = time.monotonic()
             if out.token_ids:
-                (metrics.ttft_seconds if first else metrics.itl_seconds).observe(
-                    now - (start if first else last)
-                )
+                latency = now - (start if first else last)
+                (metrics.ttft_seconds if first else metrics.itl_seconds).observe(latency)
+                metrics.slo.record("ttft" if first else "itl", latency)
                 first, last = False, now
             completion = out.completion_tokens
             delta = _delta(out)
@@ -158,7 +159,9 @@ async def _run(model: LoadedModel, prompt_ids: list[int], params: SamplingParams
     finally:
         await outputs.aclose()  # aborts the engine request if it had not finished
         metrics.tokens_out_total.labels(model.name).inc(completion)
+        metrics.note_generated(completion)
         metrics.cached_tokens_total.labels(model.name).inc(cached)
+        (metrics.prefix_hits if cached else metrics.prefix_misses).labels(model.name).inc()
 
 
 def _loop_time(deadline: float) -> float:

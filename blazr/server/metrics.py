@@ -3,6 +3,8 @@ over the process-global default registry."""
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from typing import Any
 
 from prometheus_client import (
@@ -15,6 +17,8 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from blazr.server.slo import SloChecker
+
 disable_created_metrics()  # no `_created` series: they double the exposition and nothing here reads them
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -22,6 +26,7 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 REQUEST_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+RATE_WINDOW = 10.0  # seconds of generated tokens blazr_tokens_per_second averages over
 
 
 class Metrics:
@@ -68,7 +73,9 @@ class Metrics:
         self.kv_blocks_used = Gauge(
             "blazr_kv_cache_blocks_used", "KV cache blocks held by sequences", ["model"], registry=r
         )
-        self.kv_blocks_total = Gauge("blazr_kv_cache_blocks", "KV cache blocks in the pool", ["model"], registry=r)
+        self.kv_blocks_total = Gauge(
+            "blazr_kv_cache_blocks", "KV cache blocks in the pool", ["model"], registry=r
+        )
         self.kv_utilization = Gauge(
             "blazr_kv_cache_utilization_ratio",
             "Share of the KV cache pool's blocks held by sequences (0..1)",
@@ -82,6 +89,56 @@ class Metrics:
             "blazr_num_requests_waiting", "Sequences waiting for the engine (queued or preempted)", ["model"],
             registry=r,
         )  # fmt: skip
+        self.requests_active = Gauge("blazr_requests_active", "HTTP requests being handled", registry=r)
+        self.tokens_per_second = Gauge(
+            "blazr_tokens_per_second",
+            f"Generated tokens per second over the last {RATE_WINDOW:g} s",
+            registry=r,
+        )
+        self.inflight_tokens = Gauge(
+            "blazr_inflight_tokens", "Prompt plus max_tokens of the admitted generation requests", registry=r
+        )
+        self.token_budget = Gauge(
+            "blazr_token_budget_utilization_ratio",
+            "inflight tokens / server.max_inflight_tokens (only when a budget is set)",
+            registry=r,
+        )
+        self.decode_slots = Gauge(
+            "blazr_active_decode_slots", "Sequences decoding together, all models", registry=r
+        )
+        self.prefix_hits = Counter(
+            "blazr_prefix_cache_hits", "Generation requests whose prompt began in the prefix cache", ["model"],
+            registry=r,
+        )  # fmt: skip
+        self.prefix_misses = Counter(
+            "blazr_prefix_cache_misses", "Generation requests whose prompt found nothing cached", ["model"],
+            registry=r,
+        )  # fmt: skip
+        self.slo_violations = Counter(
+            "blazr_slo_violations",
+            "Checks of a rolling latency window that missed its server.slo_* target",
+            ["metric", "percentile"],
+            registry=r,
+        )
+        self._generated: deque[tuple[float, int]] = deque()  # (monotonic time, tokens) of recent requests
+        self.slo = SloChecker({}, self.slo_violations)  # no targets until the app sets server.slo_*
+
+    def note_generated(self, tokens: int) -> None:
+        """Count tokens into the rolling tokens-per-second window."""
+        if tokens:
+            self._generated.append((time.monotonic(), tokens))
+
+    def observe_admission(self, tokens: int, budget: int) -> None:
+        """The in-flight token gauges from the admission's count and its budget (0: none)."""
+        self.inflight_tokens.set(tokens)
+        if budget:
+            self.token_budget.set(tokens / budget)
+
+    def _observe_rate(self) -> None:
+        cutoff = time.monotonic() - RATE_WINDOW
+        while self._generated and self._generated[0][0] < cutoff:
+            self._generated.popleft()
+        self.tokens_per_second.set(sum(n for _, n in self._generated) / RATE_WINDOW)
 
     def observe_engines(self, engines: dict[str, Any]) -> None:
         """Set the engine gauges from each generation model's Engine (name -> blazr.engine.Engine); models no
@@ -89,6 +146,8 @@ class Metrics:
         gauges = (self.kv_blocks_used, self.kv_blocks_total, self.kv_utilization, self.running, self.waiting)
         for gauge in gauges:
             gauge.clear()
+        self.decode_slots.set(sum(len(engine.scheduler.running) for engine in engines.values()))
+        self._observe_rate()
         for name, engine in engines.items():
             total = engine.pool.num_blocks
             used = total - engine.pool.num_free

@@ -194,6 +194,18 @@ async def test_metrics_after_a_request(probe_app):
     assert 'blazr_num_requests_running{model="tiny.gguf"} 0.0' in text
     assert 'blazr_num_requests_waiting{model="tiny.gguf"} 0.0' in text
     assert re.search(r'blazr_kv_cache_blocks\{model="tiny.gguf"\} [1-9]', text)
+    # features.md §1.10's operational series: nothing in flight now but this scrape, the 3 tokens in the rolling
+    # rate, the first prompt a prefix-cache miss; no budget set, so no budget ratio
+    assert "blazr_requests_active 1.0" in text and "blazr_inflight_tokens 0.0" in text
+    assert "blazr_active_decode_slots 0.0" in text
+    assert re.search(r"blazr_tokens_per_second 0\.[1-9]", text), text
+    assert 'blazr_prefix_cache_misses_total{model="tiny.gguf"} 1.0' in text
+    assert "blazr_token_budget_utilization_ratio 0.0" in text  # described, set only with a budget
+    body = {"temperature": 0, "max_tokens": 3, "prompt_ids": [7] * 40}
+    for _ in range(2):  # the same 40-token prompt twice: the second starts in the prefix cache
+        assert (await client.post("/v1/probe", json=body)).status_code == 200
+    text = (await (await client.get("/metrics")).get_data()).decode()
+    assert 'blazr_prefix_cache_hits_total{model="tiny.gguf"} 1.0' in text
 
 
 def test_engine_gauges_follow_the_kv_pool_and_the_queues():
@@ -390,3 +402,51 @@ async def test_stop_string_is_reported(tiny_app):
     )
     assert out.finish_reason == "stop" and out.stop_reason == stop
     assert out.text == free.text[: free.text.index(stop)]
+
+
+# ---- SLO ----------------------------------------------------------------------------------------------------
+
+
+def test_slo_checker_counts_windows_over_target_once_it_has_enough_samples():
+    from blazr.server.metrics import Metrics
+    from blazr.server.slo import MIN_SAMPLES, SloChecker
+
+    metrics = Metrics()
+    slo = SloChecker({("ttft", "p95"): 0.1, ("itl", "p50"): 0.05}, metrics.slo_violations)
+    for _ in range(MIN_SAMPLES - 1):
+        slo.record("ttft", 0.2)  # over target, but too few samples for a verdict
+    assert 'blazr_slo_violations_total{metric="ttft",percentile="p95"}' not in metrics.render().decode()
+    slo.record("ttft", 0.2)
+    for _ in range(MIN_SAMPLES):
+        slo.record("itl", 0.01)  # within target
+    text = metrics.render().decode()
+    assert 'blazr_slo_violations_total{metric="ttft",percentile="p95"} 1.0' in text
+    assert 'metric="itl"' not in text
+    assert slo.check("ttft") == [("p95", pytest.approx(0.2), 0.1)]
+
+
+def test_slo_targets_from_the_config_file(tmp_path):
+    """server: {slo: {ttft_p95_ms: ...}} in YAML (as features.md's LatencySlo) or the flat server.slo_* keys."""
+    from blazr.config import load_settings
+    from blazr.server.slo import SloChecker
+
+    path = tmp_path / "config.yaml"
+    path.write_text("server:\n  slo:\n    ttft_p95_ms: 250\n    e2e_p99_ms: 3000\n  slo_itl_p50_ms: 40\n")
+    settings = load_settings(path, env={})
+    assert settings.server.slo_ttft_p95_ms == 250.0 and settings.server.slo_itl_p50_ms == 40.0
+    targets = SloChecker.from_settings(settings.server).targets
+    assert targets == {("ttft", "p95"): 0.25, ("itl", "p50"): 0.04, ("e2e", "p99"): 3.0}
+
+
+async def test_the_server_feeds_its_latencies_to_the_slo_checker(make_app, tiny_model_dir):
+    """An inter-token target no CPU meets (1 microsecond): one request of 120 tokens gives 119 ITL samples, and
+    the check at the 100th counts a violation; the token budget gauge shows the budget in use."""
+    add = {"slo_itl_p50_ms": 0.001, "max_inflight_tokens": 4096}
+    app = await make_app(model="tiny", model_dir=tiny_model_dir, **add)
+    add_probe_route(app)
+    client = app.test_client()
+    body = {"temperature": 0, "max_tokens": 120, "logit_bias": {"2": -100}}
+    assert (await client.post("/v1/probe", json=body)).status_code == 200
+    text = (await (await client.get("/metrics")).get_data()).decode()
+    assert 'blazr_slo_violations_total{metric="itl",percentile="p50"} 1.0' in text
+    assert "blazr_token_budget_utilization_ratio 0.0" in text

@@ -18,4 +18,6 @@ async def metrics():
     loaded = state.models.loaded()
     state.metrics.loaded_models.set(len(loaded))
     state.metrics.observe_engines({m.name: m.llm.engine for m in loaded if m.task == "generate"})
+    admission = state.models.admission
+    state.metrics.observe_admission(admission.tokens, admission.max_tokens)
     return Response(state.metrics.render(), content_type=CONTENT_TYPE)
