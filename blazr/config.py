@@ -51,6 +51,10 @@ class InferenceSettings:
         None  # (optional) KV-cache memory budget; unset: every sequence's num_ctx, <= 1/4 of free RAM on cpu
     )
     task: str | None = None  # (optional) rerank: serve a causal LM as a yes/no reranker (Qwen3-Reranker)
+    # speculative decoding in serve (engine/spec/); in YAML also inference: {speculative: {method: ngram, ...}}
+    speculative_method: str | None = None  # (optional) ngram (prompt lookup) | draft (needs a draft model)
+    speculative_draft_model: str | None = None  # (optional) a smaller model with the same vocabulary
+    speculative_num_speculative_tokens: int = 5  # draft tokens per step, 1..32
 
 
 @dataclass
@@ -293,6 +297,8 @@ VALIDATORS: dict[str, Callable[[Any], Any]] = {
     "inference.dtype": normalize_dtype,
     "inference.kv_cache_mb": _at_least(1),
     "inference.task": _one_of("embed", "rerank"),
+    "inference.speculative_method": _one_of("ngram", "draft"),
+    "inference.speculative_num_speculative_tokens": _between(1, 32),
     "generation.max_tokens": _at_least(1),
     "generation.temperature": _between(0, 2),
     "generation.top_p": _between(0, 1),

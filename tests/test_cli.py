@@ -481,3 +481,20 @@ def test_version_lists_only_features_that_work(monkeypatch):
     assert cli.enabled_features() == ["server"]
     monkeypatch.setattr(cli, "_wgpu_adapter_found", lambda: True)
     assert cli.enabled_features() == ["wgpu", "server"]
+
+
+@pytest.mark.parametrize(
+    "flags, phrase",
+    [
+        (["--speculative", "draft"], "--draft-model"),
+        (["--speculative", "ngram", "--draft-model", "x"], "ngram"),
+        (["--speculative", "lookahead"], "--speculative"),
+        (["--speculative", "ngram", "--num-speculative-tokens", "64"], "--num-speculative-tokens"),
+    ],
+)
+def test_serve_speculative_flags_are_checked_before_loading(models, flags, phrase):  # noqa: F811
+    """serve takes generate's speculative flags (inference.speculative_*); a bad combination is exit 2 naming
+    the flag, before any model loads or any port opens."""
+    (models / "tiny").mkdir()
+    result = run_cli("serve", "--model", str(models / "tiny"), *flags)
+    assert_user_error(result, 2, phrase)

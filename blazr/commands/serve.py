@@ -36,6 +36,9 @@ SERVER_FLAGS = {
     "max_loaded": ("server.max_loaded_models", "--max-loaded-models"),
     "shutdown_grace": ("server.shutdown_grace_secs", "--shutdown-grace"),
     "cors_origin": ("server.cors_origins", "--cors-origin"),
+    "speculative": ("inference.speculative_method", "--speculative"),
+    "draft_model": ("inference.speculative_draft_model", "--draft-model"),
+    "num_speculative_tokens": ("inference.speculative_num_speculative_tokens", "--num-speculative-tokens"),
 }
 
 
@@ -85,6 +88,9 @@ def serve(
     num_ctx: o.NumCtx = None,
     chat_template: o.ChatTemplate = None,
     task: o.Task = None,
+    speculative: o.Speculative = None,
+    draft_model: o.DraftModel = None,
+    num_speculative_tokens: o.NumSpeculativeTokens = None,
     model_dir: o.ModelDir = None,
 ) -> None:
     """Serve OpenAI, Anthropic and Ollama compatible HTTP APIs (see docs/server.md)."""
@@ -101,8 +107,25 @@ def serve(
     check_tls(settings)
     path = o.model_path(model, settings, model_dir)
     model_dir_path = o.resolve_model_dir(settings, model_dir)
+    _resolve_draft_model(settings, model_dir_path)
     tts_models = {name: _catalog_voice(p, model_dir_path) for name, p in tts_models.items()}
     run_server(settings, str(path), model_dir_path, keys, asr_models, tts_models)
+
+
+def _resolve_draft_model(settings: Settings, model_dir: Path) -> None:
+    """The draft model (--draft-model or inference.speculative_draft_model) as a path, pulled from the catalog
+    before serving starts; --speculative draft without one is a flag error."""
+    from blazr.model_dir import resolve_model
+
+    inference = settings.inference
+    if inference.speculative_method == "draft" and inference.speculative_draft_model is None:
+        raise ConfigError("--speculative draft needs --draft-model PATH (a smaller model, same vocabulary)")
+    if inference.speculative_method == "ngram" and inference.speculative_draft_model is not None:
+        raise ConfigError("--draft-model goes with --speculative draft, not ngram")
+    if inference.speculative_draft_model is not None:
+        path = resolve_model(inference.speculative_draft_model, pull=True, directory=model_dir)
+        source = settings.source_of("inference.speculative_draft_model")
+        settings.set("inference.speculative_draft_model", str(path), source)
 
 
 def parse_asr_models(

@@ -65,6 +65,7 @@ class SamplingParams:
     # beside the prompt is a 400 naming it (OpenAI's and vLLM's rule); None (a server default, Ollama's
     # num_predict, Anthropic's max_tokens, llama.cpp's n_predict) is clamped to the context instead
     max_tokens_field: str | None = None
+    speculative: bool = True  # False: this request never runs drafts (a server with speculative decoding on)
 
     def validate(self, vocab_size: int | None = None) -> SamplingParams:
         """Raise ConfigError naming the first out-of-range field; returns self so calls can chain."""

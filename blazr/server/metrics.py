@@ -120,6 +120,18 @@ class Metrics:
             ["metric", "percentile"],
             registry=r,
         )
+        self.spec_drafted = Gauge(
+            "blazr_spec_decode_draft_tokens",
+            "Draft tokens proposed since the model loaded",
+            ["model"],
+            registry=r,
+        )
+        self.spec_accepted = Gauge(
+            "blazr_spec_decode_accepted_tokens", "Draft tokens the model accepted", ["model"], registry=r
+        )
+        self.spec_acceptance = Gauge(
+            "blazr_spec_decode_acceptance_ratio", "accepted / drafted tokens", ["model"], registry=r
+        )
         self._generated: deque[tuple[float, int]] = deque()  # (monotonic time, tokens) of recent requests
         self.slo = SloChecker({}, self.slo_violations)  # no targets until the app sets server.slo_*
 
@@ -144,6 +156,7 @@ class Metrics:
         """Set the engine gauges from each generation model's Engine (name -> blazr.engine.Engine); models no
         longer loaded drop out. Plain reads of the engine thread's counters: a scrape sees one recent step."""
         gauges = (self.kv_blocks_used, self.kv_blocks_total, self.kv_utilization, self.running, self.waiting)
+        gauges += (self.spec_drafted, self.spec_accepted, self.spec_acceptance)
         for gauge in gauges:
             gauge.clear()
         self.decode_slots.set(sum(len(engine.scheduler.running) for engine in engines.values()))
@@ -156,6 +169,11 @@ class Metrics:
             self.kv_utilization.labels(name).set(used / total)
             self.running.labels(name).set(len(engine.scheduler.running))
             self.waiting.labels(name).set(len(engine.scheduler.waiting))
+            stats = getattr(engine, "spec_stats", None)
+            if stats is not None:  # speculative decoding on for this model
+                self.spec_drafted.labels(name).set(stats.drafted)
+                self.spec_accepted.labels(name).set(stats.accepted)
+                self.spec_acceptance.labels(name).set(stats.acceptance_rate)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""

@@ -204,6 +204,8 @@ def _sampler_extras(body: dict) -> dict[str, Any]:
     mirostat = get_int(body, "mirostat", min=0, max=2)
     if mirostat is not None:
         out["mirostat"] = mirostat
+    if get_bool(body, "speculative") is False:  # opt out of a server's speculative decoding
+        out["speculative"] = False
     return out
 
 

@@ -20,6 +20,7 @@ from blazr.errors import BlazrError
 from blazr.model_dir import ModelEntry, find_in_model_dir, list_models, resolve_model
 from blazr.server.errors import ApiError, api_error_from_blazr
 from blazr.server.metrics import Metrics
+from blazr.server.speculation import serving_speculation
 
 log = logging.getLogger("blazr.server")
 RETRY_AFTER_LOADING = "5"  # seconds a client should wait while a model loads
@@ -151,6 +152,7 @@ def load_for_serving(path: Path, settings: Settings) -> Any:
         chat_template=settings.inference.chat_template,
         max_seqs=settings.server.max_concurrent_requests,
         kv_cache_mb=settings.inference.kv_cache_mb,
+        **serving_speculation(settings),
     )
     return llm
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.gguf_writer import write_gguf
-from tests.server.conftest import TINY_TEMPLATE, byte_level_alphabet
+from tests.server.conftest import TINY_TEMPLATE, byte_level_alphabet, server_settings
 from tests.tiny_models import tiny_config, tiny_weights
 
 pytestmark = pytest.mark.anyio
@@ -500,3 +501,32 @@ async def test_llama_cpp_sampler_extras_are_accepted_and_checked(tiny_client):
         "/api/chat", json={"model": "tiny", "messages": HI, "stream": False, "options": options}
     )
     assert response.status_code == 200, await response.get_data()
+
+
+async def test_speculative_decoding_in_serve_keeps_the_greedy_text_and_reports_acceptance(
+    make_app, tiny_model_dir
+):
+    """inference.speculative_method=ngram (serve --speculative ngram): greedy replies equal the plain server's,
+    /metrics reports drafted and accepted tokens, and a request with "speculative": false drafts nothing."""
+    body = {"prompt": "a b c d " * 12, "max_tokens": 40, "temperature": 0}
+    plain_app = await make_app(model="tiny", model_dir=tiny_model_dir)
+    want = json.loads((await post(plain_app.test_client(), "/v1/completions", body))[1])["choices"][0]["text"]
+    settings = server_settings()
+    settings.set("inference.speculative_method", "ngram", "test")
+    settings.set("inference.speculative_num_speculative_tokens", 4, "test")
+    app = await make_app(model="tiny", model_dir=tiny_model_dir, settings=settings)
+    client = app.test_client()
+    got = json.loads((await post(client, "/v1/completions", body))[1])["choices"][0]["text"]
+    assert got == want
+
+    def drafted(text: str) -> float:
+        match = re.search(r'blazr_spec_decode_draft_tokens\{model="tiny.gguf"\} ([0-9.]+)', text)
+        assert match, text
+        return float(match.group(1))
+
+    text = (await (await client.get("/metrics")).get_data()).decode()
+    before = drafted(text)
+    assert before > 0 and "blazr_spec_decode_acceptance_ratio" in text
+    off = json.loads((await post(client, "/v1/completions", body | {"speculative": False}))[1])
+    assert off["choices"][0]["text"] == want
+    assert drafted((await (await client.get("/metrics")).get_data()).decode()) == before

@@ -55,5 +55,10 @@ class Drafter(Protocol):
 
 
 def may_speculate(request: Request) -> bool:
-    """Constrained sequences do not speculate: their per-token mask depends on each accepted token."""
-    return getattr(request.params, "constraint", None) is None
+    """Whether a sequence may run drafts: not when it opted out (params.speculative), nor when constrained
+    (its per-token mask depends on each accepted token), nor on llama.cpp's host sampler chain (mirostat's
+    running mu would move on rejected draft positions)."""
+    from blazr.engine.sampling_chain import needs_chain
+
+    params = request.params
+    return getattr(params, "constraint", None) is None and params.speculative and not needs_chain(params)
