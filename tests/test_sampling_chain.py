@@ -205,3 +205,102 @@ def test_the_sampler_runs_the_chain_per_request_and_carries_mirostat_mu(backend)
     plain_alone = Request("p", [0], SamplingParams(seed=5).validate(64), rng=make_rng(5))
     solo = [sampler.sample(backend.upload(logits[1:], dtype="f32"), [plain_alone])[0][0] for _ in range(12)]
     assert plain_tokens == solo
+
+
+# ---- DRY --------------------------------------------------------------------------------------------------
+
+
+def dry_reference(logits, last_tokens, multiplier, base, allowed, last_n, breakers):
+    """llama.cpp's llama_sampler_dry_apply, step by step (its reversed Z-algorithm included), over `last_tokens`
+    (the sequence so far) with single-token breakers."""
+    out = logits.copy()
+    n_ctx = len(last_tokens) if last_n < 0 else min(len(last_tokens), last_n)
+    if multiplier == 0 or base < 1 or last_n == 0 or n_ctx <= allowed:
+        return out
+
+    def rat(i):
+        return last_tokens[len(last_tokens) - 1 - i]
+
+    rep_limit = n_ctx
+    for i in range(n_ctx):
+        if rat(i) in breakers:
+            rep_limit = i
+            break
+    if rep_limit < allowed:
+        return out
+    count = [0] * n_ctx
+    last, lt, rt = n_ctx - 1, 0, 0
+    for k in range(1, n_ctx):
+        if k > rt:
+            n = 0
+            while n + k < n_ctx and rat(n) == rat(n + k):
+                n += 1
+            count[last - k] = min(n, rep_limit)
+            if n > 0:
+                lt, rt = k, k + n - 1
+        else:
+            p, right = k - lt, rt - k + 1
+            if count[last - p] < right:
+                count[last - k] = min(count[last - p], rep_limit)
+            else:
+                i = rt + 1
+                while i < n_ctx and rat(i) == rat(i - k):
+                    i += 1
+                count[last - k] = min(i - k, rep_limit)
+                lt, rt = k, i - 1
+    longest = {}
+    for i in range(n_ctx - 1):
+        if count[i] >= allowed:
+            token = rat(n_ctx - 2 - i)
+            longest[token] = max(longest.get(token, 0), count[i])
+    max_exp = int(88.7228391 / math.log(base)) if base > 1.000001 else 0
+    for token, length in longest.items():
+        if token not in breakers:
+            exp = length - allowed
+            exp = min(exp, max_exp) if max_exp > 0 else exp
+            out[token] -= np.float32(multiplier * base**exp)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_dry_penalties_equal_llama_cpp_s(seed):
+    """Random sequences over a 6-token vocabulary (repeats everywhere), random settings and breakers."""
+    from blazr.engine.dry import apply_dry
+
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(0, 6, size=int(rng.integers(5, 80))).tolist()
+    if seed % 3 == 0:
+        tokens = tokens[:10] * 4 + tokens[10:]  # a long exact repeat
+    logits = rng.standard_normal(6).astype(np.float32)
+    multiplier, base = float(rng.uniform(0.2, 2.0)), float(rng.uniform(1.0, 3.0))
+    allowed, last_n = int(rng.integers(1, 4)), int(rng.choice([-1, 0, 8, 30]))
+    breakers = frozenset(rng.choice(6, size=int(rng.integers(0, 2)), replace=False).tolist())
+    got = logits.copy()
+    apply_dry(got, tokens, multiplier, base, allowed, last_n, breakers)
+    want = dry_reference(logits, tokens, multiplier, base, allowed, last_n, breakers)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_dry_breakers_are_tokens_whose_text_holds_one():
+    from blazr.engine.dry import breaker_tokens
+
+    texts = ["hello", "\n", "a:b", "x", '"', "**", "ok"]
+    assert breaker_tokens(texts, ["\n", ":", '"', "*"]) == frozenset({1, 2, 4, 5})
+    assert breaker_tokens(texts, []) == frozenset()
+
+
+def test_dry_through_the_sampler_stops_a_greedy_loop(backend):
+    """A greedy row whose best token would continue a long repeat picks another once DRY penalises it."""
+    from blazr.engine.request import Request
+    from blazr.engine.sampling import Sampler, make_rng
+
+    logits = np.zeros((1, 8), dtype=np.float32)
+    logits[0, 3] = 2.0  # token 3 is the best choice
+    history = [1, 2, 3, 1, 2]  # ... 1 2 3 1 2: emitting 3 would repeat "1 2 3"
+    plain = Request("p", history, SamplingParams(temperature=0.0).validate(8), rng=make_rng(0))
+    dry = SamplingParams(temperature=0.0, dry_multiplier=3.0, dry_allowed_length=2).validate(8)
+    penalised = Request("d", history, dry, rng=make_rng(0))
+    sampler = Sampler(backend)
+    rows = backend.upload(logits, dtype="f32")
+    assert sampler.sample(rows, [plain])[0] == [3]
+    assert sampler.sample(rows, [penalised])[0] != [3]

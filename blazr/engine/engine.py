@@ -15,6 +15,7 @@ from typing import Any
 from blazr.backends.base import Backend
 from blazr.engine.block_pool import BlockPool
 from blazr.engine.constraints import ConstraintMatcher, constraint_tokenizer
+from blazr.engine.dry import breaker_tokens
 from blazr.engine.kv_cache import KVCacheManager
 from blazr.engine.request import FinishReason, Request, RequestOutput, SamplingParams, TokenLogprob
 from blazr.engine.runner import ModelRunner, kv_pool_blocks
@@ -109,6 +110,8 @@ class Engine:
         self._text: dict[Request, _TextState] = {}  # sequences not yet reported finished
         self._ids_in_use: dict[str, int] = {}  # request id -> its choices not yet reported finished
         self._pending: list[RequestOutput] = []  # outputs for the next step() (aborts, empty prompts)
+        self._token_texts: list[str] | None = None  # each token's text, decoded once when DRY first needs it
+        self._dry_cache: dict[tuple[str, ...], frozenset[int]] = {}  # breakers -> their token ids
 
     # ---- requests ----------------------------------------------------------------------------------------
 
@@ -143,6 +146,8 @@ class Engine:
         for index in range(params.n):
             request = Request(request_id, prompt_ids, params, rng=make_rng(params.seed, index), index=index)
             request.matcher = matchers[index]
+            if params.dry_multiplier > 0.0:
+                request.dry_breakers = self._dry_breakers(tuple(params.dry_sequence_breakers))
             request.leader = leader if self.kv.enable_prefix_cache else None
             leader = leader or request
             self._text[request] = _TextState(self.tokenizer.stream(), StopStrings(params.stop))
@@ -151,6 +156,14 @@ class Engine:
                 self._pending.append(self._output(request, [], ""))
             else:
                 self.scheduler.add(request)
+
+    def _dry_breakers(self, breakers: tuple[str, ...]) -> frozenset[int]:
+        """Token ids whose text holds a DRY sequence breaker; each set of breakers is computed once."""
+        if breakers not in self._dry_cache:
+            if self._token_texts is None:
+                self._token_texts = [self.tokenizer.decode([i]) for i in range(self.vocab_size)]
+            self._dry_cache[breakers] = breaker_tokens(self._token_texts, breakers)
+        return self._dry_cache[breakers]
 
     def _matcher(self, params: SamplingParams) -> ConstraintMatcher | None:
         if params.constraint is None:

@@ -61,6 +61,11 @@ class SamplingParams:
     mirostat: int = 0  # 1 or 2: mirostat v1 / v2 replaces top-k/p and the rest; 0 disables
     mirostat_tau: float = 5.0  # target surprise (bits)
     mirostat_eta: float = 0.1  # learning rate of mu
+    dry_multiplier: float = 0.0  # DRY repetition penalty (engine/dry.py); 0 disables
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_penalty_last_n: int = -1  # tokens of context looked at; -1: all, 0: off
+    dry_sequence_breakers: list[str] = field(default_factory=lambda: ["\n", ":", '"', "*"])
     # the request field a client set max_tokens with on an OpenAI-style route: then a max_tokens that does not fit
     # beside the prompt is a 400 naming it (OpenAI's and vLLM's rule); None (a server default, Ollama's
     # num_predict, Anthropic's max_tokens, llama.cpp's n_predict) is clamped to the context instead
@@ -101,6 +106,10 @@ class SamplingParams:
             ("mirostat", self.mirostat, self.mirostat in (0, 1, 2), "0, 1 or 2"),
             ("mirostat_tau", self.mirostat_tau, 0.0 <= self.mirostat_tau <= 100.0, "in [0, 100]"),
             ("mirostat_eta", self.mirostat_eta, 0.0 <= self.mirostat_eta <= 10.0, "in [0, 10]"),
+            ("dry_multiplier", self.dry_multiplier, 0.0 <= self.dry_multiplier <= 100.0, "in [0, 100]"),
+            ("dry_base", self.dry_base, 1.0 <= self.dry_base <= 100.0, "in [1, 100]"),
+            ("dry_allowed_length", self.dry_allowed_length, self.dry_allowed_length >= 1, ">= 1"),
+            ("dry_penalty_last_n", self.dry_penalty_last_n, self.dry_penalty_last_n >= -1, ">= -1"),
         ]
         if self.logprobs is not None:
             ok = isinstance(self.logprobs, int) and 0 <= self.logprobs <= MAX_LOGPROBS
@@ -125,7 +134,15 @@ class SamplingParams:
         self.constraint.grammar()
 
     def _validate_types(self) -> None:
-        for name in ("max_tokens", "top_k", "repeat_last_n", "n", "mirostat"):
+        for name in (
+            "max_tokens",
+            "top_k",
+            "repeat_last_n",
+            "n",
+            "mirostat",
+            "dry_allowed_length",
+            "dry_penalty_last_n",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"sampling parameter {name}={value!r} must be an integer")
@@ -146,6 +163,8 @@ class SamplingParams:
             "top_n_sigma",
             "mirostat_tau",
             "mirostat_eta",
+            "dry_multiplier",
+            "dry_base",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -157,6 +176,11 @@ class SamplingParams:
         if any(not isinstance(s, str) or s == "" for s in self.stop):
             raise ConfigError(
                 f"sampling parameter stop={self.stop!r}: stop strings must be non-empty strings"
+            )
+        breakers = self.dry_sequence_breakers
+        if not isinstance(breakers, list) or any(not isinstance(b, str) or not b for b in breakers):
+            raise ConfigError(
+                f"sampling parameter dry_sequence_breakers={breakers!r}: a list of non-empty strings"
             )
         ids = [("stop_token_ids", t) for t in self.stop_token_ids]
         ids += [("logit_bias", int(t)) for t in self.logit_bias]
@@ -221,6 +245,7 @@ class Request:
     block_keys: list[bytes] = field(default_factory=list)  # prefix-cache keys of its full blocks so far
     matcher: Any = None  # its own ConstraintMatcher when params.constraint is set
     mirostat_mu: float | None = None  # mirostat's running target surprise (sampling_chain), None until used
+    dry_breakers: frozenset[int] = frozenset()  # token ids holding a DRY sequence breaker (set by the engine)
     status: RequestStatus = RequestStatus.WAITING
     finish_reason: FinishReason | None = None
     stop_reason: str | int | None = None

@@ -18,6 +18,7 @@ import numpy as np
 from blazr.backends.base import Array, Backend, SampleParams
 from blazr.engine import sampling_chain
 from blazr.engine.constraints import MASKED_LOGIT
+from blazr.engine.dry import apply_dry
 from blazr.engine.request import Request, SamplingParams, TokenLogprob
 
 # ---- logits processors (in place on one float32 row) ---------------------------------------------------
@@ -77,6 +78,9 @@ def process_logits(logits: np.ndarray, request: Request) -> np.ndarray:
     apply_logit_bias(out, p.logit_bias)
     apply_repeat_penalty(out, request.all_ids, p.repeat_penalty, p.repeat_last_n)
     apply_frequency_presence(out, request.output_ids, p.frequency_penalty, p.presence_penalty)
+    if p.dry_multiplier > 0.0:  # after the penalties, as llama.cpp's chain
+        dry = (p.dry_multiplier, p.dry_base, p.dry_allowed_length, p.dry_penalty_last_n)
+        apply_dry(out, request.all_ids, *dry, request.dry_breakers)
     if request.matcher is not None:
         request.matcher.apply(out, request.output_ids)
     return out

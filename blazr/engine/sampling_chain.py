@@ -1,8 +1,9 @@
 """llama.cpp's sampler chain on the host, for the rows that ask for what the backends' sampler does not do:
-typical-p, dynamic temperature, XTC, top-n-sigma and mirostat v1 / v2 (llama.cpp's parameter names and
+DRY, typical-p, dynamic temperature, XTC, top-n-sigma and mirostat v1 / v2 (llama.cpp's parameter names and
 semantics, src/llama-sampler.cpp and common/sampling.cpp).
 
-llama.cpp's default order after the penalties: top-n-sigma, top-k, typical-p, top-p, min-p, XTC, then the
+llama.cpp's default order after the penalties: DRY (engine/dry.py, applied to the logits by
+sampling.process_logits), top-n-sigma, top-k, typical-p, top-p, min-p, XTC, then the
 temperature (dynamic when dynatemp_range > 0) and a draw from what is left. With mirostat 1 or 2 the chain is
 the temperature and then mirostat, which picks the token itself and adapts its target `mu` (kept per
 sequence, Request.mirostat_mu). Each step works on the candidates still in play, sorted by logit
@@ -23,6 +24,7 @@ def needs_chain(params: SamplingParams) -> bool:
     """Whether this request's tokens come from the host chain rather than the backend's sampler."""
     return bool(
         params.mirostat
+        or params.dry_multiplier > 0.0
         or params.typical_p < 1.0
         or params.dynatemp_range > 0.0
         or params.xtc_probability > 0.0

@@ -32,6 +32,11 @@ OPTION_NAMES = {
     "mirostat": "mirostat",
     "mirostat_tau": "mirostat_tau",
     "mirostat_eta": "mirostat_eta",
+    "dry_multiplier": "dry_multiplier",
+    "dry_base": "dry_base",
+    "dry_allowed_length": "dry_allowed_length",
+    "dry_penalty_last_n": "dry_penalty_last_n",
+    "dry_sequence_breakers": "dry_sequence_breakers",
 }
 UNLIMITED_PREDICT = 1 << 30  # num_predict <= 0 means "until EOS or the context is full"; clamped later
 

@@ -184,7 +184,8 @@ def sampling_params(
 
 def _sampler_extras(body: dict) -> dict[str, Any]:
     """llama.cpp's sampler extras by its server's names (typical_p, dynatemp_range / _exponent, xtc_probability
-    / _threshold, top_n_sigma, mirostat / _tau / _eta); absent ones keep SamplingParams' defaults (off)."""
+    / _threshold, top_n_sigma, mirostat / _tau / _eta, dry_multiplier / _base / _allowed_length /
+    _penalty_last_n / _sequence_breakers); absent ones keep SamplingParams' defaults (off)."""
     out: dict[str, Any] = {}
     for name, low, high in (
         ("typical_p", 0.0, 1.0),
@@ -204,6 +205,19 @@ def _sampler_extras(body: dict) -> dict[str, Any]:
     mirostat = get_int(body, "mirostat", min=0, max=2)
     if mirostat is not None:
         out["mirostat"] = mirostat
+    for name, low, high in (("dry_multiplier", 0.0, 100.0), ("dry_base", 1.0, 100.0)):
+        value = get_float(body, name, min=low, max=high)
+        if value is not None:
+            out[name] = value
+    for name, low in (("dry_allowed_length", 1), ("dry_penalty_last_n", -1)):
+        value = get_int(body, name, min=low)
+        if value is not None:
+            out[name] = value
+    breakers = get_list(body, "dry_sequence_breakers")
+    if breakers is not None:
+        if any(not isinstance(b, str) or not b for b in breakers):
+            raise _bad("dry_sequence_breakers", "must be a list of non-empty strings")
+        out["dry_sequence_breakers"] = list(breakers)
     if get_bool(body, "speculative") is False:  # opt out of a server's speculative decoding
         out["speculative"] = False
     return out

@@ -493,7 +493,12 @@ async def test_llama_cpp_sampler_extras_are_accepted_and_checked(tiny_client):
     first = json.loads((await post(tiny_client, "/v1/chat/completions", body))[1])
     second = json.loads((await post(tiny_client, "/v1/chat/completions", body))[1])
     assert first["choices"][0]["message"] == second["choices"][0]["message"]
-    for field, value in [("mirostat", 3), ("typical_p", 0), ("xtc_probability", 2), ("mirostat_eta", -1)]:
+    dry = {"dry_multiplier": 0.8, "dry_base": 1.75, "dry_allowed_length": 2, "dry_sequence_breakers": ["\n"]}
+    status, raw, _ = await post(tiny_client, "/v1/chat/completions", {"messages": HI, "max_tokens": 6, **dry})
+    assert status == 200, raw
+    bad = [("mirostat", 3), ("typical_p", 0), ("xtc_probability", 2), ("mirostat_eta", -1)]
+    bad += [("dry_base", 0.5), ("dry_allowed_length", 0), ("dry_sequence_breakers", [""])]
+    for field, value in bad:
         status, raw, _ = await post(tiny_client, "/v1/chat/completions", {"messages": HI, field: value})
         assert_openai_error(status, raw, field)
     options = {"mirostat": 1, "mirostat_tau": 4.0, "typical_p": 0.8, "num_predict": 4, "seed": 2}
