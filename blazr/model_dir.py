@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 
 from blazr.config import Settings, load_settings, resolve_model_dir
-from blazr.errors import BlazrError, ModelNotFoundError
+from blazr.errors import BlazrError, ConfigError, ModelNotFoundError
 from blazr.loaders import registry
 
 WEIGHT_SUFFIXES = (".gguf", ".safetensors")
@@ -283,3 +284,43 @@ def _size_of(path: Path) -> int:
     return sum(
         p.stat().st_size for p in path.rglob("*") if p.is_file() and ".cache" not in p.relative_to(path).parts
     )
+
+
+# ---- removing and copying (blazr rm / cp, Ollama's /api/delete and /api/copy) ---------------------------------
+
+
+def remove_model(name: str, directory: Path) -> Path:
+    """Delete the model `name` names in the directory (a weight file or a model directory); its path."""
+    _check_name(name, directory)
+    path = find_in_model_dir(name, directory)
+    if path is None:
+        raise ModelNotFoundError(f"model {name!r} not found in the model directory {directory}")
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+    return path
+
+
+def copy_model(source: str, destination: str, directory: Path) -> Path:
+    """Copy the model `source` names to the name `destination` in the directory, replacing what that name held
+    (as Ollama's copy does). A file keeps its suffix (how the directory tells a GGUF from SafeTensors). The copy
+    goes to a temporary name first, so the name never holds half a model. Returns the new path."""
+    _check_name(source, directory)
+    _check_name(destination, directory)
+    path = find_in_model_dir(source, directory)
+    if path is None:
+        raise ModelNotFoundError(f"model {source!r} not found in the model directory {directory}")
+    name = destination if path.is_dir() or destination.endswith(path.suffix) else destination + path.suffix
+    target = directory / name
+    if target.resolve() == path.resolve():
+        raise ConfigError(f"copy: the destination {destination!r} is the source itself")
+    staging = target.with_name(target.name + ".copying")
+    if path.is_dir():
+        shutil.copytree(path, staging)
+    else:
+        shutil.copyfile(path, staging)
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target)
+    staging.replace(target)
+    return target

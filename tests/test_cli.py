@@ -498,3 +498,16 @@ def test_serve_speculative_flags_are_checked_before_loading(models, flags, phras
     (models / "tiny").mkdir()
     result = run_cli("serve", "--model", str(models / "tiny"), *flags)
     assert_user_error(result, 2, phrase)
+
+
+def test_rm_and_cp_work_in_the_model_directory(models):  # noqa: F811
+    """`blazr cp` copies a model under a new name (suffix kept), `blazr rm` deletes it; names stay inside the
+    model directory and a missing one is exit 1 naming it."""
+    (models / "m.gguf").write_bytes(b"GGUF-not-really")
+    result = run_cli("cp", "m", "m2")
+    assert result.exit_code == 0, result.stderr
+    assert (models / "m2.gguf").read_bytes() == b"GGUF-not-really"
+    assert run_cli("rm", "m2").exit_code == 0 and not (models / "m2.gguf").exists()
+    assert_user_error(run_cli("rm", "m2"), 1, "m2", "not found")
+    assert_user_error(run_cli("cp", "m", "../outside"), 1, "..")
+    assert (models / "m.gguf").exists()

@@ -18,11 +18,13 @@ from blazr.loaders import registry
 from blazr.model_dir import (
     ModelEntry,
     architecture_name,
+    copy_model,
     count_parameters,
     format_size,
     list_models,
     pull_catalog_model,
     quantization_name,
+    remove_model,
 )
 
 # (label, config key) rows of `info`, in print order
@@ -254,3 +256,25 @@ def warm_kernels(path: Path, settings: Settings) -> None:
         note(f"warning: {path} was downloaded but does not load: {error}")
         return
     note(f"kernels ready in {time.monotonic() - start:.1f} s")
+
+
+def rm(
+    names: Annotated[
+        list[str], typer.Argument(help="Models in the model directory (names as `blazr list` shows)")
+    ],
+    model_dir: o.ModelDir = None,
+) -> None:
+    """Delete models from the model directory (their file or directory)."""
+    directory = resolve_model_dir(load_settings(), model_dir)
+    for name in names:
+        note(f"deleted {remove_model(name, directory)}")
+
+
+def cp(
+    source: Annotated[str, typer.Argument(help="A model in the model directory")],
+    destination: Annotated[str, typer.Argument(help="The new name (replaced if it exists, as Ollama's cp)")],
+    model_dir: o.ModelDir = None,
+) -> None:
+    """Copy a model under a new name in the model directory."""
+    directory = resolve_model_dir(load_settings(), model_dir)
+    note(f"copied {source} to {copy_model(source, destination, directory)}")

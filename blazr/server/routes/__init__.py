@@ -16,6 +16,7 @@ ROUTE_MODULES = [
     "anthropic",
     "ollama",
     "ollama_embed",
+    "ollama_manage",
     "infill",
     "rerank",
     "tei_embed",

