@@ -17,7 +17,7 @@ import typer
 
 from blazr import __version__
 from blazr.commands import options as o
-from blazr.config import Settings, apply_flags
+from blazr.config import Settings, apply_flags, config_path
 from blazr.errors import BlazrError, ConfigError
 
 SERVER = "Server"
@@ -97,19 +97,23 @@ def serve(
     params = locals()
     asr_models = parse_asr_models(asr_model or [])
     tts_models = parse_tts_models(tts_model or [])
-    settings = o.settings_from_params(params)
     flags = {
         key: (params[name] if params[name] != [] else None, flag)
         for name, (key, flag) in SERVER_FLAGS.items()
     }
-    apply_flags(settings, flags)
+
+    def build() -> Settings:  # the config file, the environment, then the flags: at startup and on each edit
+        return apply_flags(o.settings_from_params(params), flags)
+
+    settings = build()
     keys = collect_api_keys(api_key or [], settings)
     check_tls(settings)
     path = o.model_path(model, settings, model_dir)
     model_dir_path = o.resolve_model_dir(settings, model_dir)
     _resolve_draft_model(settings, model_dir_path)
     tts_models = {name: _catalog_voice(p, model_dir_path) for name, p in tts_models.items()}
-    run_server(settings, str(path), model_dir_path, keys, asr_models, tts_models)
+    watch = (config_path(), build, lambda fresh: collect_api_keys(api_key or [], fresh))
+    run_server(settings, str(path), model_dir_path, keys, asr_models, tts_models, watch)
 
 
 def _resolve_draft_model(settings: Settings, model_dir: Path) -> None:
@@ -222,8 +226,10 @@ def run_server(
     api_keys: list[str],
     asr_models: dict[str, Path] | None = None,
     tts_models: dict[str, Path] | None = None,
+    watch: tuple | None = None,
 ) -> None:
-    """Build the app and serve it until SIGTERM/SIGINT (see serve_app)."""
+    """Build the app and serve it until SIGTERM/SIGINT (see serve_app); `watch` is live_config's (config
+    file, rebuild, api keys)."""
     from blazr.server.app import create_app
 
     _configure_logging()
@@ -252,10 +258,10 @@ def run_server(
         len(api_keys),
         cors,
     )
-    serve_app(app, settings)
+    serve_app(app, settings, watch)
 
 
-def serve_app(app, settings: Settings) -> None:
+def serve_app(app, settings: Settings, watch: tuple | None = None) -> None:
     """Serve `app` with Hypercorn until SIGTERM/SIGINT; then stop accepting, give in-flight requests
     shutdown_grace_secs to finish, and return (the process exits 0)."""
     from hypercorn.config import Config
@@ -269,10 +275,10 @@ def serve_app(app, settings: Settings) -> None:
     config.graceful_timeout = server.shutdown_grace_secs
     config.accesslog = None  # the app logs each request with its id, route, status and latency
     config.errorlog = logging.getLogger("hypercorn.error")
-    asyncio.run(_serve(app, config))
+    asyncio.run(_serve(app, config, watch))
 
 
-async def _serve(app, config) -> None:
+async def _serve(app, config, watch: tuple | None = None) -> None:
     from hypercorn.asyncio import serve
 
     state = app.extensions["blazr"]
@@ -287,13 +293,18 @@ async def _serve(app, config) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
     failed: list[str] = []
-    watcher = asyncio.ensure_future(_stop_if_default_fails(state, stop, failed))
+    watchers = [asyncio.ensure_future(_stop_if_default_fails(state, stop, failed))]
+    if watch is not None:  # live configuration (blazr/server/live_config.py)
+        from blazr.server.live_config import watch_config
+
+        watchers.append(asyncio.ensure_future(watch_config(state, *watch)))
     try:
         await serve(app, config, shutdown_trigger=stop.wait)
     except OSError as e:
         raise ConfigError(f"cannot listen on {config.bind[0]}: {e.strerror}") from None
     finally:
-        watcher.cancel()
+        for watcher in watchers:
+            watcher.cancel()
     if failed:
         raise BlazrError(f"cannot serve: the model {state.models.default_model!r} did not load: {failed[0]}")
     logging.getLogger("blazr.server").info("server shut down gracefully")

@@ -65,6 +65,7 @@ def create_app(
     )
     state = ServerState(settings, manager, metrics, [k for k in (api_keys or []) if k])
     app.extensions["blazr"] = state
+    state.app = app
     app.config["MAX_CONTENT_LENGTH"] = settings.server.max_body_size
     app.request_class = _request_class(settings.server)
     app.config["RESPONSE_TIMEOUT"] = settings.server.request_timeout_secs

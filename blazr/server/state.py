@@ -472,6 +472,7 @@ class ServerState:
         self.api_keys = api_keys
         self.started_at = time.time()
         self.shutting_down = False
+        self.app: Any = None  # the Quart app (live_config updates its body limit and timeout)
 
     @property
     def ready(self) -> bool:

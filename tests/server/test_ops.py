@@ -223,3 +223,37 @@ def test_serve_exits_non_zero_when_its_model_does_not_load(tmp_path):
     proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     assert "did not load" in proc.stderr and "NoSuchModelForCausalLM" in proc.stderr, proc.stderr
+
+
+def test_blazr_serve_applies_an_edited_config_file(tiny_model_dir, tmp_path):
+    """The real command watches BLAZR_CONFIG: an api_key added to the file is required within seconds, with no
+    restart; the flags given at startup still win over the file."""
+    config = tmp_path / "config.yaml"
+    config.write_text("generation:\n  temperature: 0.5\n")
+    port = free_port()
+    env = {**os.environ, "BLAZR_CONFIG": str(config)}
+    env.pop("BLAZR_API_KEY", None)
+    command = [sys.executable, "-m", "blazr", "serve", "--model", "tiny", "--model-dir", str(tiny_model_dir)]
+    proc = subprocess.Popen(
+        command + ["--port", str(port)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    try:
+        assert wait_until(lambda: _health(port) == 200, timeout=60), "the server did not start"
+        assert _status(port, "/v1/models") == 200
+        config.write_text("server:\n  api_key: k-live\n  port: 1\n")  # the --port flag keeps winning
+        assert wait_until(lambda: _status(port, "/v1/models") == 401, timeout=15), "the key was not applied"
+        assert _status(port, "/v1/models", {"Authorization": "Bearer k-live"}) == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log = proc.stdout.read().decode()
+    assert "config: applied" in log, log
+
+
+def _status(port: int, path: str, headers: dict | None = None) -> int | None:
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        conn.request("GET", path, headers=headers or {})
+        return conn.getresponse().status
+    except OSError:
+        return None
