@@ -6,6 +6,7 @@ any path the operator gave on the command line."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -365,12 +366,21 @@ class ModelManager:
         if self.default_error is not None:
             log.error("cannot load the default model %r: %s", self.default_model, self.default_error.message)
 
+    def _load_settings(self, path: Path) -> Settings:
+        """The settings a model loads with: inference.task (serving a causal LM as a yes/no reranker) names what
+        the default model is, so any other model a request names loads as its own checkpoint says."""
+        is_default = self.default_path is not None and path.resolve() == self.default_path.resolve()
+        if is_default or self.settings.inference.task is None:
+            return self.settings
+        inference = dataclasses.replace(self.settings.inference, task=None)
+        return dataclasses.replace(self.settings, inference=inference)
+
     async def _load(self, key: str, path: Path, name: str) -> LoadedModel:
         start = time.monotonic()
         log.info("loading model %s from %s", name, path)
         engine = None
         try:
-            llm = await asyncio.to_thread(self.loader, path, self.settings)
+            llm = await asyncio.to_thread(self.loader, path, self._load_settings(path))
             engine = start_runner(llm)
             await engine.run(lambda: warm_up(llm))  # a model whose forward pass fails is refused here
         except Exception as error:  # a broken file can fail deep in a parser: report it, keep serving

@@ -257,3 +257,22 @@ async def test_a_decoder_reranker_takes_an_instruction_and_other_models_refuse_i
     close(scores, decoder_golden("qwen3_reranker")["instruction_scores"], atol=1e-4)
     response = await client.post("/v1/rerank", json=body)  # the bi-encoder
     assert response.status_code == 400 and (await response.get_json())["error"]["param"] == "instruction"
+
+
+async def test_inference_task_names_the_default_model_only(make_app, tmp_path):
+    """serve --task rerank --model qwen3-reranker: the default loads as a yes/no reranker, while another model a
+    request names (a chat model here) loads as its own checkpoint says."""
+    from tests.server.conftest import write_tiny_gguf
+    from tests.tiny_decoder_embedders import write_case as write_decoder_case
+
+    write_decoder_case("qwen3_reranker", tmp_path)
+    write_tiny_gguf(tmp_path / "tiny.gguf")
+    settings = server_settings()
+    settings.set("inference.task", "rerank", "test")
+    app = await make_app(model="qwen3_reranker", model_dir=tmp_path, settings=settings)
+    client = app.test_client()
+    rerank = await client.post("/v1/rerank", json={"query": QUERY, "documents": list(SENTENCES[:2])})
+    assert rerank.status_code == 200
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    chat = await client.post("/v1/chat/completions", json=body)
+    assert chat.status_code == 200, await chat.get_data()
