@@ -4,8 +4,9 @@ and stop-string matching on the detokenized text.
 Order per token (as llama.cpp): logit_bias, repetition penalty, frequency/presence penalties, the constraint
 mask (last, so nothing can lift it), then the backend's temperature / top-k / top-p / min-p sampler with a
 uniform draw from the request's own seeded RNG. Only rows that need host work are downloaded; the others are
-sampled on the device as they are. A request with llama.cpp's extras (typical-p, dynamic temperature, XTC,
-top-n-sigma, mirostat) is sampled on the host by llama.cpp's whole chain (sampling_chain.py) with the same draw.
+sampled on the device as they are. A request with llama.cpp's extras (DRY, typical-p, dynamic temperature,
+XTC, top-n-sigma, mirostat) is sampled on the host by llama.cpp's whole chain (sampling_chain.py, dry.py) with
+the same draw.
 """
 
 from __future__ import annotations

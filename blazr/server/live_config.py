@@ -2,7 +2,7 @@
 and each version of it that parses is applied whole, with the environment and the command's flags still on
 top, as at startup.
 
-What applies at once (LIVE_KEYS): the generation defaults, request limits and timeouts, API keys, CORS,
+What applies at once (live_keys): the generation defaults, request limits and timeouts, API keys, CORS,
 request logging, the reasoning field and SLO targets; settings read for each request pick the new values up.
 Everything else (where the server listens, TLS, the device, how models load, the engine's batch and queue
 sizes) shapes objects built at startup: a change there is logged as needing a restart and not applied. A

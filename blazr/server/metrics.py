@@ -136,9 +136,15 @@ class Metrics:
         self.slo = SloChecker({}, self.slo_violations)  # no targets until the app sets server.slo_*
 
     def note_generated(self, tokens: int) -> None:
-        """Count tokens into the rolling tokens-per-second window."""
+        """Count tokens into the rolling tokens-per-second window (older entries go, scraped or not)."""
         if tokens:
             self._generated.append((time.monotonic(), tokens))
+            self._prune()
+
+    def _prune(self) -> None:
+        cutoff = time.monotonic() - RATE_WINDOW
+        while self._generated and self._generated[0][0] < cutoff:
+            self._generated.popleft()
 
     def observe_admission(self, tokens: int, budget: int) -> None:
         """The in-flight token gauges from the admission's count and its budget (0: none)."""
@@ -147,9 +153,7 @@ class Metrics:
             self.token_budget.set(tokens / budget)
 
     def _observe_rate(self) -> None:
-        cutoff = time.monotonic() - RATE_WINDOW
-        while self._generated and self._generated[0][0] < cutoff:
-            self._generated.popleft()
+        self._prune()
         self.tokens_per_second.set(sum(n for _, n in self._generated) / RATE_WINDOW)
 
     def observe_engines(self, engines: dict[str, Any]) -> None:
