@@ -253,6 +253,15 @@ def test_list_and_info_on_a_safetensors_dir(models):
     assert "FFN dim:       24" in info
     assert "license:       MIT License" in info and "F32 x2, F16 x1" in info
 
+    listed = {e["name"]: e for e in json.loads(run_cli("list", "--json").stdout)}  # for scripts
+    assert listed["tiny-st"]["format"] == "safetensors" and listed["tiny-st"]["tensor_types"] == {
+        "F32": 2,
+        "F16": 1,
+    }
+    assert listed["tiny-st"]["error"] is None and listed["broken.gguf"]["error"]
+    described = json.loads(run_cli("info", "tiny-st", "--json").stdout)
+    assert described["family"] == "llama" and described["hidden_size"] == "8"
+
 
 def test_info_names_the_family_or_lists_the_supported_ones():
     from blazr.commands.models import family_of
@@ -264,8 +273,8 @@ def test_info_names_the_family_or_lists_the_supported_ones():
         "none: model architecture 'GPTBigCodeForCausalLM' is not supported; supported: "
     )
     assert (
-        "llama (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, LlamaModel, MistralModel, "
-        "Qwen2Model)" in unknown
+        "llama (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, LlamaModel, MistralModel, Qwen2Model)"
+        in unknown
         and "Qwen3ForCausalLM" in unknown
     )
 

@@ -3,6 +3,7 @@ getting a model into it."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -48,7 +49,10 @@ WHISPER_ROWS = (
 )
 
 
-def info(model: o.ModelArgument = None, model_dir: o.ModelDir = None) -> None:
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts) instead of a table")]
+
+
+def info(model: o.ModelArgument = None, model_dir: o.ModelDir = None, as_json: JsonFlag = False) -> None:
     """Show a model's format, architecture, sizes, quantization, file size and license."""
     from blazr.loaders import load_checkpoint
     from blazr.loaders.whisper_formats import whisper_format
@@ -58,6 +62,9 @@ def info(model: o.ModelArgument = None, model_dir: o.ModelDir = None) -> None:
     rows = (
         whisper_info_rows(path, fmt) if fmt in ("ctranslate2", "ggml") else info_rows(load_checkpoint(path))
     )
+    if as_json:  # the same lines, keyed by label
+        print(json.dumps({label.replace(" ", "_"): value for label, value in rows}, indent=1))
+        return
     for label, value in rows:
         print(f"{label + ':':<14} {value}")
 
@@ -160,10 +167,14 @@ def list_command(
         bool, typer.Option("--verbose", "-v", help="Add parameters, all tensor types, paths")
     ] = False,
     model_dir: o.ModelDir = None,
+    as_json: JsonFlag = False,
 ) -> None:
     """List the models in the model directory: name, format, quant type, architecture, size."""
     directory = resolve_model_dir(load_settings(), model_dir)
     entries = list_models(directory)
+    if as_json:
+        print(json.dumps([entry_json(entry) for entry in entries], indent=1))
+        return
     if not entries:
         catalog = ", ".join(sorted(registry.CATALOG))
         print(f"No models in {directory}.")
@@ -177,6 +188,21 @@ def list_command(
     for entry in entries:
         if entry.error:
             note(f"{entry.name}: {entry.error}")
+
+
+def entry_json(entry: ModelEntry) -> dict[str, Any]:
+    """`blazr list --json`'s object for one model (error: why it could not be read, else null)."""
+    return {
+        "name": entry.name,
+        "path": str(entry.path),
+        "format": entry.format,
+        "quantization": entry.quant if not entry.error else None,
+        "architecture": entry.architecture,
+        "size_bytes": entry.size_bytes,
+        "parameters": entry.parameters or None,
+        "tensor_types": entry.quant_types,
+        "error": entry.error or None,
+    }
 
 
 def list_row(entry: ModelEntry, verbose: bool) -> list[str]:

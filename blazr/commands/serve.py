@@ -326,6 +326,7 @@ async def _stop_if_default_fails(state, stop: asyncio.Event, failed: list[str]) 
 def ps(
     server: Annotated[str, typer.Option("--server", help="Server URL")] = "http://localhost:8080",
     api_key: Annotated[str | None, typer.Option("--api-key", help="API key (also BLAZR_API_KEY)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the server's JSON (for scripts)")] = False,
 ) -> None:
     """List the models a running server has loaded (GET /api/ps)."""
     import os
@@ -343,6 +344,9 @@ def ps(
         ) from None
     except (urllib.error.URLError, OSError) as e:
         raise BlazrError(f"cannot reach the server at {server}: {getattr(e, 'reason', e)}") from None
+    if as_json:
+        typer.echo(json.dumps(models, indent=1))
+        return
     if not models:
         typer.echo("No models currently loaded.")
         return

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from typer.testing import CliRunner
 
 from blazr.cli import app
@@ -15,10 +17,12 @@ def run_ps(*args: str):
 def test_ps_lists_the_loaded_model(live_server):
     with live_server() as server:
         result = run_ps("--server", server.url)
+        as_json = run_ps("--server", server.url, "--json")
     assert result.exit_code == 0, result.output
     header, row = result.output.strip().splitlines()[:2]
     assert header.split() == ["NAME", "SIZE", "EXPIRES"]
     assert row.split()[0] == "tiny.gguf" and row.split()[-1] == "never"
+    assert as_json.exit_code == 0 and [m["name"] for m in json.loads(as_json.output)] == ["tiny.gguf"]
 
 
 def test_ps_sends_the_api_key(live_server, monkeypatch):
