@@ -14,9 +14,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 
+from blazr import modelfile
 from blazr.config import Settings, load_settings, resolve_model_dir
 from blazr.errors import BlazrError, ConfigError, ModelNotFoundError
 from blazr.loaders import registry
+from blazr.modelfile import SUFFIX as MODELFILE_SUFFIX
 
 WEIGHT_SUFFIXES = (".gguf", ".safetensors")
 MARKER_FILES = ("model.safetensors", "config.json", "model.safetensors.index.json")
@@ -70,6 +72,9 @@ def find_in_model_dir(name: str, directory: Path) -> Path | None:
     candidates = [directory / name] + [directory / (name + suffix) for suffix in (*WEIGHT_SUFFIXES, ".bin")]
     if "/" in name:
         candidates.append(directory / name.rsplit("/", 1)[1])
+    modelfile = directory / (name + MODELFILE_SUFFIX)  # a derived model (blazr/modelfile.py)
+    if modelfile.is_file():
+        return modelfile
     for candidate in candidates:
         if candidate.is_file() and candidate.name.endswith(WEIGHT_SUFFIXES):
             return candidate
@@ -175,7 +180,7 @@ DENSE_TYPES = ("F32", "F16", "BF16", "F64", "I8", "I16", "I32", "I64", "U8", "BO
 
 def list_models(directory: Path) -> list[ModelEntry]:
     """Model directories (holding model.safetensors, config.json or a *.gguf) and loose *.gguf/*.safetensors
-    files directly under `directory`, sorted by name."""
+    files and derived models (*.modelfile) directly under `directory`, sorted by name."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
@@ -183,7 +188,8 @@ def list_models(directory: Path) -> list[ModelEntry]:
     for path in sorted(directory.iterdir(), key=lambda p: p.name.lower()):
         if path.name.startswith(SCRATCH_PREFIXES):
             continue
-        is_model_file = path.is_file() and (path.name.endswith(WEIGHT_SUFFIXES) or _is_ggml_whisper(path))
+        suffixes = (*WEIGHT_SUFFIXES, MODELFILE_SUFFIX)  # a .modelfile is a derived model
+        is_model_file = path.is_file() and (path.name.endswith(suffixes) or _is_ggml_whisper(path))
         if is_model_file or (path.is_dir() and _is_model_dir(path)):
             entries.append(describe_model(path, directory))
     return entries
@@ -213,6 +219,12 @@ def _describe(path: Path, directory: Path, stamp: tuple) -> ModelEntry:
         return speech
     if path.is_dir() and _is_piper(path):
         return ModelEntry(name, path, "piper", "VitsModel", size)
+    if path.suffix == MODELFILE_SUFFIX:
+        try:
+            base = modelfile.read(path).base
+        except BlazrError as e:
+            return ModelEntry(name, path, "modelfile", "?", size, error=str(e))
+        return ModelEntry(name.removesuffix(MODELFILE_SUFFIX), path, "modelfile", f"from {base}", size)
     try:
         ckpt = load_checkpoint(path)
     except BlazrError as e:
@@ -322,5 +334,25 @@ def copy_model(source: str, destination: str, directory: Path) -> Path:
         shutil.copyfile(path, staging)
     if target.is_dir() and not target.is_symlink():
         shutil.rmtree(target)
+    staging.replace(target)
+    return target
+
+
+def create_model(name: str, spec: modelfile.Modelfile, directory: Path) -> Path:
+    """Write the derived model `name` (a Modelfile over a model the directory already holds); its path."""
+    _check_name(name, directory)
+    base = find_in_model_dir(spec.base, directory)
+    entry = registry.lookup(spec.base)
+    if base is None and entry is not None and registry.is_fetched(entry, directory):
+        base = directory / entry.filename
+    if base is None:
+        raise ModelNotFoundError(
+            f"FROM {spec.base!r}: no such model in the model directory {directory} (pull it first)"
+        )
+    if base.suffix == MODELFILE_SUFFIX:
+        raise ConfigError(f"FROM {spec.base!r} is itself a derived model; name the model it is made from")
+    target = directory / (name + MODELFILE_SUFFIX)
+    staging = target.with_name(target.name + ".writing")
+    staging.write_text(spec.render(), encoding="utf-8")
     staging.replace(target)
     return target

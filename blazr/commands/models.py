@@ -21,6 +21,7 @@ from blazr.model_dir import (
     architecture_name,
     copy_model,
     count_parameters,
+    create_model,
     format_size,
     list_models,
     pull_catalog_model,
@@ -304,3 +305,17 @@ def cp(
     """Copy a model under a new name in the model directory."""
     directory = resolve_model_dir(load_settings(), model_dir)
     note(f"copied {source} to {copy_model(source, destination, directory)}")
+
+
+def create(
+    name: Annotated[str, typer.Argument(help="The new model's name in the model directory")],
+    file: Annotated[Path, typer.Option("--file", "-f", help="The Modelfile (FROM, SYSTEM, PARAMETER lines)")],
+    model_dir: o.ModelDir = None,
+) -> None:
+    """Create a derived model from a Modelfile: a model in the model directory with a system prompt and
+    default parameters (as `ollama create`)."""
+    from blazr import modelfile
+
+    directory = resolve_model_dir(load_settings(), model_dir)
+    spec = modelfile.read(file.expanduser())
+    note(f"created {create_model(name, spec, directory)} (FROM {spec.base})")

@@ -219,6 +219,11 @@ def load_llm(
     from blazr.api import LLM
 
     path = model_path(model, settings, model_dir)
+    if path.suffix == ".modelfile":  # blazr/modelfile.py: its SYSTEM and PARAMETERs are applied by the server
+        raise ConfigError(
+            f"{path.name} is a derived model (a Modelfile): serve it with `blazr serve`, or run the model its "
+            "FROM line names"
+        )
     start = time.perf_counter()
     llm = LLM.load(
         str(path),

@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from blazr import modelfile
 from blazr.server.errors import ApiError
 from blazr.server.reasoning import model_thinks, normalize_input_reasoning, prompt_opens_thinking
 from blazr.server.reply_parser import ReplyOptions
@@ -176,7 +177,9 @@ def _uses_tools(messages: list[dict[str, Any]]) -> bool:
 def build_chat_prompt(
     llm: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
 ) -> ChatPrompt:
-    """Render the conversation with the model's template and tokenize it (BOS only if the template lacks it)."""
+    """Render the conversation with the model's template and tokenize it (BOS only if the template lacks it).
+    A derived model's SYSTEM (blazr/modelfile.py) opens a conversation that has no system message."""
+    messages = modelfile.with_system(llm, messages)
     tokenizer = llm.tokenizer
     source = resolve_template(llm.chat_template, tokenizer)
     if tools and llm.chat_template is None and "tool_use" in tokenizer.chat_templates:

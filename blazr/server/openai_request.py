@@ -12,6 +12,7 @@ from typing import Any
 
 from quart import request
 
+from blazr import modelfile
 from blazr.engine.request import MAX_LOGPROBS, SamplingParams
 from blazr.server.errors import ApiError
 from blazr.server.generation import Delta, open_stream
@@ -39,11 +40,21 @@ def request_params(
     `strict` (OpenAI's chat, completions and responses): a max tokens the client set that does not fit beside
     the prompt is a 400 naming its field (generation.check_prompt), as OpenAI and vLLM answer."""
     default = current_state().settings.generation.max_tokens
-    params = sampling_params(
-        body, vocab_size=model.vocab_size, max_tokens_keys=keys, default_max_tokens=default
-    )
     field = next((key for key in keys if body.get(key) is not None), None) if strict else None
+    merged = _with_model_defaults(body, model, keys)
+    params = sampling_params(
+        merged, vocab_size=model.vocab_size, max_tokens_keys=keys, default_max_tokens=default
+    )
     return dataclasses.replace(params, max_tokens_field=field) if field else params
+
+
+def _with_model_defaults(body: dict[str, Any], model: LoadedModel, keys: tuple[str, ...]) -> dict[str, Any]:
+    """The body over a derived model's PARAMETERs (blazr/modelfile.py): the request's own fields win; its
+    num_predict stands for this route's max tokens field."""
+    defaults = modelfile.defaults_of(model.llm)
+    if "max_tokens" in defaults:
+        defaults[keys[-1]] = defaults.pop("max_tokens")
+    return defaults | body if defaults else body
 
 
 @contextlib.contextmanager

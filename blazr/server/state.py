@@ -21,7 +21,7 @@ from blazr.errors import BlazrError
 from blazr.model_dir import ModelEntry, find_in_model_dir, list_models, resolve_model
 from blazr.server.errors import ApiError, api_error_from_blazr
 from blazr.server.metrics import Metrics
-from blazr.server.speculation import serving_speculation
+from blazr.server.model_loading import load_for_serving  # noqa: F401 (the default loader; tests import it here)
 
 log = logging.getLogger("blazr.server")
 RETRY_AFTER_LOADING = "5"  # seconds a client should wait while a model loads
@@ -121,41 +121,6 @@ class Admission:
 
     def _report(self) -> None:
         self.metrics.queue_depth.set(max(0, self.in_flight - self.max_running))
-
-
-def load_for_serving(path: Path, settings: Settings) -> Any:
-    """Load a model with the server's settings, in a worker thread (warm_up then runs on the engine thread)."""
-    from blazr.api import LLM
-    from blazr.loaders import load_checkpoint
-    from blazr.loaders.whisper_formats import whisper_format
-    from blazr.models import model_task
-    from blazr.tasks.speak import is_voice
-
-    if whisper_format(path) is not None:
-        from blazr.tasks.transcribe import Transcriber
-
-        return Transcriber.load(path, device=settings.device)
-    if is_voice(path):
-        from blazr.tasks.speak import Synthesizer
-
-        return Synthesizer.load(path, device=settings.device)
-    checkpoint = load_checkpoint(path)
-    task = settings.inference.task  # "rerank": a causal LM served as a yes/no reranker
-    if task or model_task(checkpoint.config, checkpoint.gguf_metadata, checkpoint.directory) != "generate":
-        from blazr.tasks.embed import Embedder
-
-        return Embedder.load(checkpoint, device=settings.device, dtype=settings.inference.dtype, task=task)
-    llm = LLM.load(
-        checkpoint,
-        device=settings.device,
-        dtype=settings.inference.dtype,
-        num_ctx=settings.num_ctx,
-        chat_template=settings.inference.chat_template,
-        max_seqs=settings.server.max_concurrent_requests,
-        kv_cache_mb=settings.inference.kv_cache_mb,
-        **serving_speculation(settings),
-    )
-    return llm
 
 
 def warm_up(llm: Any) -> None:

@@ -94,3 +94,57 @@ async def test_pull_of_a_model_already_there_succeeds_at_once(make_app, tmp_path
         "writing manifest",
         "success",
     ]
+
+
+async def test_create_a_derived_model_and_chat_with_it(tiny_app, tiny_model_dir):
+    """/api/create from Ollama's fields: the new model lists, /api/show gives its Modelfile and system, a chat
+    with it gets the SYSTEM as its system message and the PARAMETERs as defaults the request may override."""
+    client = tiny_app.test_client()
+    body = {
+        "model": "pirate",
+        "from": "tiny",
+        "system": "Talk like a pirate.",
+        "parameters": {"num_predict": 3, "temperature": 0, "stop": ["\n\n"]},
+        "stream": False,
+    }
+    created = await client.post("/api/create", json=body)
+    assert created.status_code == 200 and (await created.get_json()) == {"status": "success"}
+    assert (tiny_model_dir / "pirate.modelfile").is_file()
+    assert "pirate" in await tag_names(client)
+    shown = await (await client.post("/api/show", json={"model": "pirate"})).get_json()
+    assert shown["system"] == "Talk like a pirate." and "FROM tiny" in shown["modelfile"]
+    assert "num_predict 3" in shown["parameters"]
+
+    state = tiny_app.extensions["blazr"]
+    chat = {"model": "pirate", "messages": HI, "stream": False}
+    reply = await (await client.post("/api/chat", json=chat)).get_json()
+    assert reply["eval_count"] <= 3  # num_predict 3 from the Modelfile
+    loaded = next(m for m in state.models.loaded() if m.name.startswith("pirate"))
+    from blazr.server.chat_prompt import build_chat_prompt
+
+    prompt = build_chat_prompt(loaded.llm, HI, None).text
+    assert "Talk like a pirate." in prompt  # SYSTEM opens a conversation that has none
+    own = build_chat_prompt(loaded.llm, [{"role": "system", "content": "Be brief."}, *HI], None).text
+    assert "pirate" not in own  # a conversation's own system message wins
+    openai = await client.post("/v1/chat/completions", json={"model": "pirate", "messages": HI})
+    assert (await openai.get_json())["usage"][
+        "completion_tokens"
+    ] <= 3  # the OpenAI routes take the defaults too
+    longer = await (await client.post("/api/chat", json=chat | {"options": {"num_predict": 6}})).get_json()
+    assert 3 < longer["eval_count"] <= 6 or longer["done_reason"] == "stop"  # the request's option wins
+
+
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"model": "x", "from": "tiny", "template": "{{ .Prompt }}"}, "template"),
+        ({"model": "x", "from": "tiny", "adapters": {"a": "sha256:1"}}, "adapters"),
+        ({"model": "x", "from": "nowhere"}, "from"),
+        ({"model": "x", "modelfile": "FROM tiny\nTEMPLATE x"}, "modelfile"),
+        ({"model": "x", "from": "tiny", "parameters": {"num_gpu": 1}}, "from"),
+    ],
+)
+async def test_create_refuses_what_it_cannot_take(tiny_app, body, param):
+    response = await tiny_app.test_client().post("/api/create", json=body | {"stream": False})
+    assert response.status_code in (400, 404), await response.get_data()
+    assert isinstance((await response.get_json())["error"], str)

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 
 from quart import Blueprint, jsonify
 
+from blazr import modelfile
 from blazr.server import anthropic_format as fmt
 from blazr.server.chat_prompt import ChatPrompt, build_chat_prompt
 from blazr.server.errors import ApiError
@@ -138,7 +139,9 @@ async def messages():
     stream = bool(get_bool(body, "stream", default=False))
     model, prompt = await _prompt(body)
     params = sampling_params(
-        fmt.sampling_body(body), vocab_size=model.vocab_size, max_tokens_keys=("max_tokens",)
+        modelfile.defaults_of(model.llm) | fmt.sampling_body(body),  # the request's fields win
+        vocab_size=model.vocab_size,
+        max_tokens_keys=("max_tokens",),
     )
     forced, name = fmt.forced_tool(body.get("tool_choice"))
     if forced:  # the reply becomes one {"name", "arguments"} call of the tool, parsed into a tool_use block

