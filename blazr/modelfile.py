@@ -147,6 +147,24 @@ def _parameter(rest: str, number: int) -> tuple[str, Any]:
         raise ConfigError(f"Modelfile line {number}: PARAMETER {name} must be {kind}, got {raw!r}") from None
 
 
+def parameter_value(name: str, value: Any) -> Any:
+    """A PARAMETER given as JSON (/api/create's "parameters"): its checked value; ConfigError naming it."""
+    if name not in PARAMETERS and name != "num_ctx":
+        raise ConfigError(
+            f"parameter {name!r} is not one blazr reads ({', '.join(sorted([*PARAMETERS, 'num_ctx']))})"
+        )
+    if name == "stop":
+        items = value if isinstance(value, list) else [value]
+        if any(not isinstance(item, str) or not item for item in items):
+            raise ConfigError("parameter 'stop' must be a string or a list of non-empty strings")
+        return list(items)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"parameter {name!r} must be a number, got {value!r}")
+    if name in INTEGERS and value != int(value):
+        raise ConfigError(f"parameter {name!r} must be an integer, got {value!r}")
+    return int(value) if name in INTEGERS else float(value)
+
+
 def read(path: Path) -> Modelfile:
     try:
         return parse(Path(path).read_text(encoding="utf-8"))

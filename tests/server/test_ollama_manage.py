@@ -135,16 +135,19 @@ async def test_create_a_derived_model_and_chat_with_it(tiny_app, tiny_model_dir)
 
 
 @pytest.mark.parametrize(
-    "body, param",
+    "body, phrase",
     [
         ({"model": "x", "from": "tiny", "template": "{{ .Prompt }}"}, "template"),
         ({"model": "x", "from": "tiny", "adapters": {"a": "sha256:1"}}, "adapters"),
-        ({"model": "x", "from": "nowhere"}, "from"),
-        ({"model": "x", "modelfile": "FROM tiny\nTEMPLATE x"}, "modelfile"),
-        ({"model": "x", "from": "tiny", "parameters": {"num_gpu": 1}}, "from"),
+        ({"model": "x", "from": "nowhere"}, "nowhere"),
+        ({"model": "x", "modelfile": "FROM tiny\nTEMPLATE x"}, "TEMPLATE"),
+        ({"model": "x", "from": "tiny", "parameters": {"num_gpu": 1}}, "num_gpu"),
+        ({"model": "x", "from": "tiny", "parameters": {"top_k": 1.5}}, "top_k"),
     ],
 )
-async def test_create_refuses_what_it_cannot_take(tiny_app, body, param):
+async def test_create_refuses_what_it_cannot_take(tiny_app, body, phrase):
+    """Each refusal names what it refuses, in Ollama's {"error"} shape."""
     response = await tiny_app.test_client().post("/api/create", json=body | {"stream": False})
     assert response.status_code in (400, 404), await response.get_data()
+    assert phrase in (await response.get_json())["error"]
     assert isinstance((await response.get_json())["error"], str)

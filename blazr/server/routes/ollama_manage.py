@@ -16,7 +16,6 @@ directory only (no paths).
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path, PurePath
 from typing import Any
@@ -206,16 +205,16 @@ def _create_spec(body: dict) -> modelfile.Modelfile:
     base = get_str(body, "from")
     if not base:
         raise ApiError(400, "'from' is required: the model this one is made from", param="from")
-    lines = [f"FROM {base}"]
     parameters = body.get("parameters") or {}
     if not isinstance(parameters, dict):
         raise ApiError(400, "'parameters' must be an object", param="parameters")
+    values = {}
     for key, value in parameters.items():
-        for item in value if isinstance(value, list) else [value]:
-            lines.append(f"PARAMETER {key} {json.dumps(item) if isinstance(item, str) else item}")
-    spec = modelfile.parse("\n".join(lines))
-    spec.system = get_str(body, "system")
-    return spec
+        try:
+            values[key] = modelfile.parameter_value(key, value)
+        except ConfigError as error:
+            raise ApiError(400, str(error), param="parameters") from None
+    return modelfile.Modelfile(base, get_str(body, "system"), values)
 
 
 async def _lines(items: list[dict]) -> AsyncIterator[dict]:
