@@ -19,6 +19,7 @@ from blazr.config import Settings
 from blazr.engine.async_engine import AsyncEngine
 from blazr.errors import BlazrError
 from blazr.model_dir import ModelEntry, find_in_model_dir, list_models, resolve_model
+from blazr.modelfile import SUFFIX as MODELFILE_SUFFIX
 from blazr.server.errors import ApiError, api_error_from_blazr
 from blazr.server.metrics import Metrics
 from blazr.server.model_loading import load_for_serving  # noqa: F401 (the default loader; tests import it here)
@@ -241,7 +242,9 @@ class ModelManager:
             raise ApiError(404, f"model '{name}' not found", param="model", code="model_not_found")
         if self.default_path is not None and path.resolve() == self.default_path.resolve():
             return self._default()
-        return path, str(path.relative_to(self.model_dir))
+        return path, str(path.relative_to(self.model_dir)).removesuffix(
+            MODELFILE_SUFFIX
+        )  # a derived model: its name
 
     def _default_speech(self, alias: str) -> tuple[Path, str]:
         """What OpenAI clients' "whisper-1" ("tts-1", ...) means here: the first --asr-model (--tts-model),
@@ -298,7 +301,9 @@ class ModelManager:
         if self.default_path is None:
             return None
         try:
-            return str(self.default_path.resolve().relative_to(self.model_dir.resolve()))
+            return str(self.default_path.resolve().relative_to(self.model_dir.resolve())).removesuffix(
+                MODELFILE_SUFFIX
+            )
         except ValueError:
             return self.default_path.name
 

@@ -120,6 +120,7 @@ async def test_create_a_derived_model_and_chat_with_it(tiny_app, tiny_model_dir)
     reply = await (await client.post("/api/chat", json=chat)).get_json()
     assert reply["eval_count"] <= 3  # num_predict 3 from the Modelfile
     loaded = next(m for m in state.models.loaded() if m.name.startswith("pirate"))
+    assert loaded.name == "pirate"  # served under its own name, as /api/tags lists it
     from blazr.server.chat_prompt import build_chat_prompt
 
     prompt = build_chat_prompt(loaded.llm, HI, None).text
