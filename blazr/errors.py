@@ -52,3 +52,12 @@ class AudioError(InputError):
 
     def __init__(self, message: str, param: str | None = "file"):
         super().__init__(message, param)
+
+
+class LoraLoadError(BlazrError):
+    """A LoRA adapter that cannot be applied: an unreadable file, a format or option not supported, or tensors
+    that do not fit the base model (the message names the file, the tensor or the key)."""
+
+
+class LoraNotFoundError(BlazrError):
+    """A request or a call that names a LoRA adapter the model has not loaded."""

@@ -17,6 +17,7 @@ from blazr.engine.block_pool import BlockPool
 from blazr.engine.constraints import ConstraintMatcher, constraint_tokenizer
 from blazr.engine.dry import breaker_tokens
 from blazr.engine.kv_cache import KVCacheManager
+from blazr.engine.lora_registry import LoraRegistry
 from blazr.engine.request import FinishReason, Request, RequestOutput, SamplingParams, TokenLogprob
 from blazr.engine.runner import ModelRunner, kv_pool_blocks
 from blazr.engine.sampling import StopStrings, make_rng
@@ -107,6 +108,7 @@ class Engine:
             self.drafter,
         )
         self.runner = ModelRunner(model, backend, blocks, block_size)
+        self.loras = LoraRegistry(model)  # adapters requests pick by SamplingParams.lora_adapter
         self._text: dict[Request, _TextState] = {}  # sequences not yet reported finished
         self._ids_in_use: dict[str, int] = {}  # request id -> its choices not yet reported finished
         self._pending: list[RequestOutput] = []  # outputs for the next step() (aborts, empty prompts)
@@ -119,6 +121,8 @@ class Engine:
         """Raise ConfigError for bad sampling params or a prompt that does not fit the context, and
         QueueFullError when the waiting queue has no room for the request's n sequences."""
         params.validate(self.vocab_size)
+        if params.lora_adapter is not None:
+            self.loras.get(params.lora_adapter)  # LoraNotFoundError naming it
         if params.constraint is not None:
             constraint_tokenizer(self.tokenizer)  # built once; a tokenizer that cannot serve fails here
         if len(prompt_ids) >= self.num_ctx:
@@ -143,8 +147,10 @@ class Engine:
         matchers = [self._matcher(params) for _ in range(params.n)]  # each choice walks the grammar alone
         self._ids_in_use[request_id] = params.n
         leader = None
+        adapter = self.loras.get(params.lora_adapter) if params.lora_adapter is not None else None
         for index in range(params.n):
             request = Request(request_id, prompt_ids, params, rng=make_rng(params.seed, index), index=index)
+            request.adapter = adapter
             request.matcher = matchers[index]
             if params.dry_multiplier > 0.0:
                 request.dry_breakers = self._dry_breakers(tuple(params.dry_sequence_breakers))
@@ -206,6 +212,7 @@ class Engine:
         for request in self.scheduler.update(batch, tokens):
             new = len(request.output_ids) - before[request]
             outputs.append(self._token_output(request, new, logprobs.get(request)))
+        self.loras.sweep(r.adapter for r in self._text)
         return outputs
 
     def _token_output(

@@ -19,11 +19,12 @@ def block_key(parent: bytes | None, token_ids: list[int]) -> bytes:
 
 
 def extend_block_keys(
-    keys: list[bytes], token_ids: list[int], block_size: int, num_blocks: int
+    keys: list[bytes], token_ids: list[int], block_size: int, num_blocks: int, salt: bytes | None = None
 ) -> list[bytes]:
-    """Append the keys of blocks len(keys) .. num_blocks - 1 of `token_ids` (all full) to `keys`, in place."""
+    """Append the keys of blocks len(keys) .. num_blocks - 1 of `token_ids` (all full) to `keys`, in place.
+    `salt` is the first block's parent: sequences run with other weights (a LoRA adapter) never share KV."""
     for i in range(len(keys), num_blocks):
-        keys.append(block_key(keys[-1] if keys else None, token_ids[i * block_size : (i + 1) * block_size]))
+        keys.append(block_key(keys[-1] if keys else salt, token_ids[i * block_size : (i + 1) * block_size]))
     return keys
 
 

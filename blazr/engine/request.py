@@ -71,6 +71,8 @@ class SamplingParams:
     # num_predict, Anthropic's max_tokens, llama.cpp's n_predict) is clamped to the context instead
     max_tokens_field: str | None = None
     speculative: bool = True  # False: this request never runs drafts (a server with speculative decoding on)
+    # the name of a LoRA adapter loaded on the model (Engine.loras); None: the base model
+    lora_adapter: str | None = None
 
     def validate(self, vocab_size: int | None = None) -> SamplingParams:
         """Raise ConfigError naming the first out-of-range field; returns self so calls can chain."""
@@ -146,6 +148,8 @@ class SamplingParams:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"sampling parameter {name}={value!r} must be an integer")
+        if self.lora_adapter is not None and not isinstance(self.lora_adapter, str):
+            raise ConfigError(f"lora_adapter={self.lora_adapter!r} must be an adapter's name")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise ConfigError(f"sampling parameter seed={self.seed!r} must be an integer")
         for name in (
@@ -246,9 +250,15 @@ class Request:
     matcher: Any = None  # its own ConstraintMatcher when params.constraint is set
     mirostat_mu: float | None = None  # mirostat's running target surprise (sampling_chain), None until used
     dry_breakers: frozenset[int] = frozenset()  # token ids holding a DRY sequence breaker (set by the engine)
+    adapter: Any = None  # the LoraAdapter its lora_adapter named when it was added; None: the base model
     status: RequestStatus = RequestStatus.WAITING
     finish_reason: FinishReason | None = None
     stop_reason: str | int | None = None
+
+    @property
+    def key_salt(self) -> bytes | None:
+        """What its prefix-cache keys start from: its adapter's salt (KV made with other weights differs)."""
+        return self.adapter.salt if self.adapter is not None else None
 
     @property
     def num_tokens(self) -> int:

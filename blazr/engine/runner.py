@@ -107,6 +107,7 @@ def build_forward_batch(batch: ScheduledBatch, block_size: int) -> ForwardBatch:
     slots = tables[seq_of_token, positions // block_size] * block_size + positions % block_size  # (T,)
     sampling = [b for b, s in enumerate(seqs) if s.sample]
     rows = [np.arange(ends[b] - 1 - len(draft_of(seqs[b])), ends[b]) for b in sampling] or [ends[-1:] - 1]
+    adapters = tuple(s.request.adapter for s in seqs)  # (B,) LoraAdapter or None
     return ForwardBatch(
         token_ids=token_ids,
         positions=positions,
@@ -116,6 +117,7 @@ def build_forward_batch(batch: ScheduledBatch, block_size: int) -> ForwardBatch:
         q_lens=q_lens,
         logits_rows=np.concatenate(rows).astype(np.int32),
         block_size=block_size,
+        adapters=adapters if any(a is not None for a in adapters) else None,
     )
 
 

@@ -216,7 +216,11 @@ class Scheduler:
 
     def _match_prefix(self, request: Request) -> None:
         keys = extend_block_keys(
-            request.block_keys, request.all_ids, self.kv.block_size, request.num_tokens // self.kv.block_size
+            request.block_keys,
+            request.all_ids,
+            self.kv.block_size,
+            request.num_tokens // self.kv.block_size,
+            request.key_salt,
         )
         request.num_computed = self.kv.match_prefix(request, keys, request.num_tokens)
         if request.num_preemptions == 0:
@@ -284,7 +288,9 @@ class Scheduler:
     def _commit(self, request: Request) -> None:
         """Index the sequence's full, computed blocks in the prefix cache."""
         full = request.num_computed // self.kv.block_size
-        keys = extend_block_keys(request.block_keys, request.all_ids, self.kv.block_size, full)
+        keys = extend_block_keys(
+            request.block_keys, request.all_ids, self.kv.block_size, full, request.key_salt
+        )
         self.kv.commit(request, keys, request.num_computed)
 
     def _check_token_stop(self, request: Request) -> None:

@@ -19,6 +19,8 @@ class ForwardBatch:
     q_lens: np.ndarray  # (B,) int32 new tokens of each sequence (sum = T)
     logits_rows: np.ndarray  # (R,) int32 rows of the T tokens whose logits are returned
     block_size: int
+    # each sequence's LoRA adapter (blazr.models.lora.LoraAdapter) or None (B,); None: no sequence uses one
+    adapters: tuple | None = None
 
     @classmethod
     def single(

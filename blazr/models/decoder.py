@@ -196,6 +196,7 @@ class DecoderLM(PackedDecoder, Module):
     logit_scale: Array | None = None  # (V,) multiplies the logits (Command-R, Granite); set by a family
     final_softcap: float = 0.0  # logits -> c * tanh(logits / c) (Gemma 2); set by a family
     _softcap_factors: tuple[Array, Array] | None = None
+    lora_state: Any = None  # blazr.models.lora.LoraState once an adapter is bound
 
     def __init__(self, args, backend, dtype: str | None = None):
         self.args, self.be, self.dtype = args, backend, dtype or "f32"
@@ -299,6 +300,8 @@ class DecoderLM(PackedDecoder, Module):
 
     def _forward(self, batch: ForwardBatch, cache: KVCache) -> tuple[Array, Array | None]:
         step, rows = upload_batch(self.be, batch)
+        if self.lora_state is not None:
+            self.lora_state.begin(batch.adapters, batch.q_lens)
         x = self.be.embed(self.embed_tokens.weight, self.be.upload(batch.token_ids))  # (T, D)
         if self.embed_scale is not None:
             x = self.be.binary("mul", x, self.embed_scale)  # (T, D)

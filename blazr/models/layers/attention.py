@@ -50,6 +50,8 @@ class Attention(Module):
     q and k (or ALiBi biases in the attention op), a write to the layer's cache, attention over the context,
     and the output projection."""
 
+    LINEARS = ("qkv_proj", "o_proj")
+
     def __init__(
         self,
         backend,
@@ -122,7 +124,7 @@ class Attention(Module):
     def __call__(self, x: Array, step: Step, k_cache: Array, v_cache: Array) -> Array:
         be, i, s = self.be, self.layer, self.s
         h, hkv = s.heads, s.kv_heads
-        qkv = be.matmul(x, self.qkv_proj)  # (T, Nq + 2 Nkv)
+        qkv = self.linear(x, "qkv_proj")  # (T, Nq + 2 Nkv)
         if self.qkv_bias is not None:
             qkv = be.binary("add", qkv, self.qkv_bias)
         qkv = qkv.reshape(step.num_tokens, h + 2 * hkv, s.head_dim)  # (T, H + 2 Hkv, Dh)
@@ -148,7 +150,7 @@ class Attention(Module):
             q, k_cache, v_cache, *paged, self.scale, self.window, s.softcap, self.alibi
         )  # (T, H, Dh)
         trace("attn", i, o)
-        out = be.matmul(o.reshape(step.num_tokens, h * s.head_dim), self.o_proj)  # (T, D)
+        out = self.linear(o.reshape(step.num_tokens, h * s.head_dim), "o_proj")  # (T, D)
         return out if self.o_bias is None else be.binary("add", out, self.o_bias)
 
     def _head_norm(self, x: Array, w: Array, step: Step) -> Array:

@@ -14,6 +14,7 @@ class GatedMLP(Module):
     tensor, gate rows first (Phi-3's "gate_up_proj")."""
 
     OPS = ("matmul", "glu", "binary")
+    LINEARS = ("gate_up_proj", "down_proj")
 
     def __init__(
         self,
@@ -51,13 +52,13 @@ class GatedMLP(Module):
 
     def __call__(self, x: Array) -> Array:
         be, f = self.be, self.ffn
-        gate_up = be.matmul(x, self.gate_up_proj)  # (T, 2F)
+        gate_up = self.linear(x, "gate_up_proj")  # (T, 2F)
         if self.gate_up_bias is not None:
             gate_up = be.binary("add", gate_up, self.gate_up_bias)
         trace("ffn_gate_up", self.layer, gate_up)
         h = be.glu(gate_up[:, :f], gate_up[:, f:], self.act)  # (T, F)
         trace("ffn_act", self.layer, h)
-        out = be.matmul(h, self.down_proj)  # (T, D)
+        out = self.linear(h, "down_proj")  # (T, D)
         return out if self.down_bias is None else be.binary("add", out, self.down_bias)
 
 
@@ -66,6 +67,7 @@ class MLP(Module):
     ("dense_h_to_4h"/"dense_4h_to_h"), Falcon. `names` are the checkpoint's (up, down) projections."""
 
     OPS = ("matmul", "act", "binary")
+    LINEARS = ("up_proj", "down_proj")
 
     def __init__(
         self,
@@ -91,10 +93,10 @@ class MLP(Module):
 
     def __call__(self, x: Array) -> Array:
         be = self.be
-        h = be.matmul(x, self.up_proj)  # (T, F)
+        h = self.linear(x, "up_proj")  # (T, F)
         if self.up_bias is not None:
             h = be.binary("add", h, self.up_bias)
         h = be.act(h, self.act)  # (T, F)
         trace("ffn_act", self.layer, h)
-        out = be.matmul(h, self.down_proj)  # (T, D)
+        out = self.linear(h, "down_proj")  # (T, D)
         return out if self.down_bias is None else be.binary("add", out, self.down_bias)

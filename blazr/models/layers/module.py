@@ -40,6 +40,15 @@ class Module:
     list the backend ops they call in OPS (a layer whose ops depend on its options overrides ops())."""
 
     OPS: tuple[str, ...] = ()  # names from blazr.backends.base.OPS
+    # the weights this layer multiplies through linear(): the ones a LoRA adapter may change
+    LINEARS: tuple[str, ...] = ()
+    lora = None  # a LoraHook (blazr.models.lora) once an adapter changes one of this layer's LINEARS
+
+    def linear(self, x: Array, attr: str) -> Array:
+        """x (T, K) @ weight.T -> (T, N) for the weight in attribute `attr`, plus the low-rank updates of the
+        LoRA adapters this step's sequences use (none loaded: the plain matmul)."""
+        out = self.be.matmul(x, getattr(self, attr))  # type: ignore[attr-defined]
+        return out if self.lora is None else self.lora.apply(x, out, attr)
 
     def ops(self) -> set[str]:
         """Every backend op this module and its children call: what build_model checks the backend has."""
