@@ -59,6 +59,9 @@ class LLM:
         )
         self.last_stats = GenerationStats()
         self._active: str | None = None  # the request of the stream being read, if any
+        self.default_adapter: str | None = (
+            None  # the LoRA adapter calls use unless they name one (lora_adapter)
+        )
 
     @classmethod
     def load(
@@ -73,12 +76,15 @@ class LLM:
         num_speculative_tokens: int = 5,
         draft_model: str | Path | None = None,
         kv_cache_mb: int | None = None,
+        lora: str | Path | None = None,
     ) -> LLM:
         """Load a model by path or name (catalog models are pulled on first use), or an opened Checkpoint, onto `device`.
         num_ctx defaults to min(2048, the model's context length). speculative="ngram" turns on prompt-lookup
         speculative decoding; draft_model (a path or name of a smaller model with the same vocabulary)
         turns on draft-model speculative decoding. kv_cache_mb sizes the paged KV pool (default: room for
-        max_seqs full contexts, on the CPU at most a quarter of the RAM available at load)."""
+        max_seqs full contexts, on the CPU at most a quarter of the RAM available at load). lora (a PEFT
+        adapter directory or a llama.cpp GGUF adapter) is loaded as "default" and applied to every call that
+        names no other adapter, like llama.cpp's --lora."""
         from blazr.backends import get_backend
         from blazr.loaders import open_model
         from blazr.models import build_model, model_task, wrong_task
@@ -106,7 +112,19 @@ class LLM:
             draft_model=draft,
             kv_cache_bytes=kv_cache_mb * 2**20 if kv_cache_mb else None,
         )
-        return cls(checkpoint, tokenizer, net, backend, engine, chat_template)
+        llm = cls(checkpoint, tokenizer, net, backend, engine, chat_template)
+        if lora is not None:
+            llm.load_lora("default", lora)
+            llm.default_adapter = "default"
+        return llm
+
+    def load_lora(self, name: str, path: str | Path) -> None:
+        """Load a LoRA adapter (PEFT directory or GGUF) as `name`: calls pick it with lora_adapter=name."""
+        from blazr.loaders.lora import read_lora
+
+        args = self.model.args
+        heads = {"q_proj": args.num_attention_heads, "k_proj": args.num_key_value_heads}
+        self.engine.loras.load(name, read_lora(path, heads))
 
     # ---- text ----------------------------------------------------------------------------------------------
 
@@ -117,7 +135,7 @@ class LLM:
 
     def stream(self, prompt: str | list[int], **sampling: Any) -> Iterator[str]:
         """The completion as text pieces, yielded as they are decoded; stopping early aborts the request."""
-        params = SamplingParams.from_kwargs(**sampling)
+        params = self._params(sampling)
         ids = self.tokenize(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
         return self._run(ids, params)
 
@@ -130,7 +148,7 @@ class LLM:
     ) -> str | Iterator[str]:
         """The assistant's reply to a conversation ([{"role": ..., "content": ...}, ...]), rendered with the
         model's chat template (or the `chat_template` given to load). stream=True yields text pieces."""
-        params = SamplingParams.from_kwargs(**sampling)
+        params = self._params(sampling)
         text = self.tokenizer.apply_chat_template(
             messages, add_generation_prompt=True, tools=tools, template=self.chat_template
         )
@@ -152,6 +170,11 @@ class LLM:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
     # ---- the loop ------------------------------------------------------------------------------------------
+
+    def _params(self, sampling: dict[str, Any]) -> SamplingParams:
+        if self.default_adapter is not None:
+            sampling = {"lora_adapter": self.default_adapter} | sampling
+        return SamplingParams.from_kwargs(**sampling)
 
     def _run(self, prompt_ids: list[int], params: SamplingParams) -> Iterator[str]:
         """Add the request now (so errors raise at the call), then step the engine as the caller iterates."""

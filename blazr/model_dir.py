@@ -5,6 +5,7 @@ on first use). Names never leave the model directory."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import shutil
@@ -338,9 +339,15 @@ def copy_model(source: str, destination: str, directory: Path) -> Path:
     return target
 
 
-def create_model(name: str, spec: modelfile.Modelfile, directory: Path) -> Path:
-    """Write the derived model `name` (a Modelfile over a model the directory already holds); its path."""
+def create_model(
+    name: str, spec: modelfile.Modelfile, directory: Path, adapters_from: Path | None = None
+) -> Path:
+    """Write the derived model `name` (a Modelfile over a model the directory already holds); its path.
+    A relative ADAPTER path is read from `adapters_from` (the Modelfile's folder for `blazr create`); without
+    one (a Modelfile sent over HTTP) the adapter must lie inside the model directory."""
     _check_name(name, directory)
+    if spec.adapter is not None:
+        spec = dataclasses.replace(spec, adapter=str(_adapter_path(spec.adapter, directory, adapters_from)))
     base = find_in_model_dir(spec.base, directory)
     entry = registry.lookup(spec.base)
     if base is None and entry is not None and registry.is_fetched(entry, directory):
@@ -352,7 +359,28 @@ def create_model(name: str, spec: modelfile.Modelfile, directory: Path) -> Path:
     if base.suffix == MODELFILE_SUFFIX:
         raise ConfigError(f"FROM {spec.base!r} is itself a derived model; name the model it is made from")
     target = directory / (name + MODELFILE_SUFFIX)
-    staging = target.with_name(target.name + ".writing")
+    staging = target.with_name(target.name + ".writing")  # written whole, then renamed
     staging.write_text(spec.render(), encoding="utf-8")
     staging.replace(target)
     return target
+
+
+def _adapter_path(raw: str, directory: Path, adapters_from: Path | None) -> Path:
+    """An ADAPTER line's adapter as an absolute path, read once to check it is a LoRA adapter."""
+    from blazr.loaders.lora import read_lora
+
+    path = Path(raw).expanduser()
+    if adapters_from is None:
+        inside = (directory / path).resolve()
+        if path.is_absolute() or ".." in path.parts or not inside.is_relative_to(directory.resolve()):
+            raise ConfigError(
+                f"ADAPTER {raw!r}: over HTTP an adapter is named by its path inside the model directory"
+            )
+        path = inside
+    elif not path.is_absolute():
+        path = (adapters_from / path).resolve()
+    try:
+        read_lora(path)
+    except BlazrError as error:
+        raise ConfigError(f"ADAPTER {raw!r}: {error}") from None
+    return path.resolve()

@@ -6,8 +6,9 @@ normalised Modelfile); the model directory then knows NAME like any other model.
 gets when it sends none, each PARAMETER a default the request's own fields override.
 
 Read: FROM (a model name in the model directory or the catalog), SYSTEM, PARAMETER (Ollama's names below),
-LICENSE (kept), comments (#). Refused by name: TEMPLATE (Ollama's Go templates; blazr renders the model's own
-Jinja chat template), ADAPTER (LoRA adapters are not built yet), MESSAGE, and any other instruction.
+ADAPTER (one LoRA adapter: a PEFT directory or a GGUF adapter, applied to every request as lora_adapter
+"modelfile"; stored as an absolute path), LICENSE (kept), comments (#). Refused by name: TEMPLATE (Ollama's Go
+templates; blazr renders the model's own Jinja chat template), MESSAGE, and any other instruction.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from blazr.errors import ConfigError
 
 SUFFIX = ".modelfile"
+ADAPTER_NAME = "modelfile"  # the name a derived model's ADAPTER is loaded under on its engine
 # Ollama's PARAMETER names -> the request field each sets (protocol.sampling_params' names); num_ctx loads
 PARAMETERS = {
     "num_predict": "max_tokens",
@@ -41,7 +43,6 @@ PARAMETERS = {
 INTEGERS = {"num_predict", "top_k", "seed", "repeat_last_n", "mirostat", "num_ctx"}
 REFUSED = {
     "TEMPLATE": "Ollama's Go templates are not read; blazr renders the base model's own chat template",
-    "ADAPTER": "LoRA adapters are not supported yet",
     "MESSAGE": "example messages are not supported yet",
 }
 
@@ -52,18 +53,20 @@ class Modelfile:
     system: str | None = None
     parameters: dict[str, Any] = field(default_factory=dict)  # Ollama name -> value (stop: a list)
     license: str | None = None
+    adapter: str | None = None  # ADAPTER: a LoRA adapter's path
 
     @property
     def num_ctx(self) -> int | None:
         return self.parameters.get("num_ctx")
 
     def request_defaults(self) -> dict[str, Any]:
-        """The PARAMETERs as request fields (num_ctx is the model's, not a request's)."""
-        return {PARAMETERS[k]: v for k, v in self.parameters.items() if k in PARAMETERS}
+        """The PARAMETERs as request fields (num_ctx is the model's, not a request's), and the ADAPTER."""
+        out = {PARAMETERS[k]: v for k, v in self.parameters.items() if k in PARAMETERS}
+        return out | ({"lora_adapter": ADAPTER_NAME} if self.adapter is not None else {})
 
     def render(self) -> str:
         """The normalised Modelfile text (what is stored)."""
-        lines = [f"FROM {self.base}"]
+        lines = [f"FROM {self.base}"] + ([f"ADAPTER {self.adapter}"] if self.adapter is not None else [])
         for name, value in self.parameters.items():
             for item in value if isinstance(value, list) else [value]:
                 lines.append(f"PARAMETER {name} {_quote(item) if isinstance(item, str) else item}")
@@ -83,7 +86,7 @@ _INSTRUCTION = re.compile(r"^\s*([A-Za-z]+)\s*(.*)$", re.S)
 
 def parse(text: str) -> Modelfile:
     """A Modelfile's text -> Modelfile; ConfigError naming the line for anything it cannot take."""
-    base, system, license_text, parameters = None, None, None, {}
+    base, system, license_text, adapter, parameters = None, None, None, None, {}
     lines = text.splitlines()
     i = 0
     while i < len(lines):
@@ -109,6 +112,12 @@ def parse(text: str) -> Modelfile:
             system = _unquote(rest)
         elif word == "LICENSE":
             license_text = _unquote(rest)
+        elif word == "ADAPTER":
+            if adapter is not None:
+                raise ConfigError(f"Modelfile line {number}: a second ADAPTER; a derived model takes one")
+            adapter = _unquote(rest)
+            if not adapter:
+                raise ConfigError(f"Modelfile line {number}: ADAPTER has no path")
         elif word == "PARAMETER":
             name, value = _parameter(rest, number)
             if name == "stop":
@@ -121,7 +130,7 @@ def parse(text: str) -> Modelfile:
             raise ConfigError(f"Modelfile line {number}: unknown instruction {word!r}")
     if not base:
         raise ConfigError("Modelfile: FROM is missing (the model this one is made from)")
-    return Modelfile(base, system, parameters, license_text)
+    return Modelfile(base, system, parameters, license_text, adapter)
 
 
 def _unquote(text: str) -> str:

@@ -272,3 +272,41 @@ class _IdStream:
 
     def flush(self) -> str:
         return ""
+
+
+# ---- the Python API and the CLI ----------------------------------------------------------------------------
+
+
+def test_api_and_cli_apply_an_adapter(tmp_path, monkeypatch):
+    """LLM.load(lora=) and `blazr generate --lora` give the PeftModel's tokens; --lora's problems are named."""
+    from typer.testing import CliRunner
+
+    from blazr.api import LLM
+    from blazr.cli import app
+    from tests.server.conftest import write_tiny_gguf
+
+    monkeypatch.setenv("BLAZR_CONFIG", str(tmp_path / "config.yaml"))
+    path = write_tiny_gguf(tmp_path / "tiny.gguf")
+    llm = LLM.load(path, lora=GOLDEN / "llama_all")
+    want = golden("llama_all")["ids"][:8].tolist()
+    text = llm.generate(list(PROMPT_IDS), max_tokens=8, temperature=0.0, ignore_eos=True)
+    assert text == llm.detokenize(want)
+    assert llm.generate(list(PROMPT_IDS), max_tokens=8, temperature=0.0, lora_adapter=None) != text
+    llm.load_lora("attn", GOLDEN / "llama_attn")
+    attn = llm.generate(list(PROMPT_IDS), max_tokens=8, temperature=0.0, lora_adapter="attn")
+    assert attn == llm.detokenize(golden("llama_attn")["ids"][:8].tolist())
+
+    runner = CliRunner()
+    base = ["generate", "-m", str(path), "-p", "hello", "--max-tokens", "6", "--temperature", "0"]
+    with_lora = runner.invoke(app, [*base, "--lora", str(GOLDEN / "llama_all")])
+    assert with_lora.exit_code == 0, with_lora.stderr
+    plain = runner.invoke(app, base)
+    assert (
+        with_lora.stdout.strip()
+        == LLM.load(path, lora=GOLDEN / "llama_all").generate("hello", max_tokens=6, temperature=0.0).strip()
+    )
+    assert with_lora.stdout != plain.stdout
+    missing = runner.invoke(app, [*base, "--lora", str(tmp_path / "none")])
+    assert missing.exit_code == 2 and "--lora" in missing.stderr
+    wrong = runner.invoke(app, [*base, "--lora", str(GOLDEN / "qwen3_patterns")])
+    assert wrong.exit_code == 1 and "another base model" in wrong.stderr

@@ -33,7 +33,7 @@ def test_parse_and_render_round_trip():
     "text, phrase",
     [
         ("FROM tiny\nTEMPLATE {{ .Prompt }}", "line 2: TEMPLATE"),
-        ("FROM tiny\nADAPTER ./lora.gguf", "line 2: ADAPTER"),
+        ("FROM tiny\nADAPTER a\nADAPTER b", "line 3: a second ADAPTER"),
         ("FROM tiny\nPARAMETER num_gpu 3", "'num_gpu'"),
         ("FROM tiny\nPARAMETER top_k high", "top_k must be an integer"),
         ("FROM tiny\nFLY away", "unknown instruction 'FLY'"),
@@ -44,6 +44,28 @@ def test_parse_and_render_round_trip():
 def test_what_is_not_taken_is_refused_by_line(text, phrase):
     with pytest.raises(ConfigError, match=phrase):
         modelfile.parse(text)
+
+
+def test_adapter_line_round_trips_as_a_request_default():
+    spec = modelfile.parse("FROM tiny\nADAPTER ./lora\nPARAMETER temperature 0")
+    assert spec.adapter == "./lora" and modelfile.parse(spec.render()) == spec
+    assert spec.request_defaults() == {"temperature": 0.0, "lora_adapter": modelfile.ADAPTER_NAME}
+
+
+def test_blazr_create_resolves_the_adapter_next_to_the_modelfile(models, tmp_path):  # noqa: F811
+    import shutil
+
+    from tests.tiny_lora import GOLDEN
+
+    (models / "tiny.gguf").write_bytes(b"GGUF stand-in")
+    shutil.copytree(GOLDEN / "llama_all", tmp_path / "my-lora")
+    file = tmp_path / "Modelfile"
+    file.write_text("FROM tiny\nADAPTER ./my-lora\n")
+    result = run_cli("create", "tuned", "-f", str(file))
+    assert result.exit_code == 0, result.stderr
+    assert modelfile.read(models / "tuned.modelfile").adapter == str((tmp_path / "my-lora").resolve())
+    file.write_text("FROM tiny\nADAPTER ./missing\n")
+    assert_user_error(run_cli("create", "ghost", "-f", str(file)), 2, "ADAPTER './missing'", "does not exist")
 
 
 def test_blazr_create_writes_a_derived_model(models, tmp_path):  # noqa: F811

@@ -42,6 +42,7 @@ def generate(
     speculative: o.Speculative = None,
     draft_model: o.DraftModel = None,
     num_speculative_tokens: o.NumSpeculativeTokens = None,
+    lora: o.Lora = None,
 ) -> None:
     """Complete a prompt as raw text (no chat template); the text streams to stdout."""
     settings = o.settings_from_params(locals())
@@ -53,6 +54,7 @@ def generate(
         speculation=o.speculation_kwargs(
             speculative, draft_model, num_speculative_tokens, settings, model_dir
         ),
+        lora=lora,
     )
     if verbose_prompt:
         print_prompt_tokens(llm, text_prompt)
@@ -103,6 +105,7 @@ def run(
     speculative: o.Speculative = None,
     draft_model: o.DraftModel = None,
     num_speculative_tokens: o.NumSpeculativeTokens = None,
+    lora: o.Lora = None,
 ) -> None:
     """Chat with a model: one answer with --prompt, else an interactive session (/clear, /history, /exit)."""
     from blazr.commands.repl import Conversation, answer, run_session
@@ -116,6 +119,7 @@ def run(
         speculation=o.speculation_kwargs(
             speculative, draft_model, num_speculative_tokens, settings, model_dir
         ),
+        lora=lora,
     )
     conversation = Conversation()
     if prompt is not None:

@@ -318,4 +318,5 @@ def create(
 
     directory = resolve_model_dir(load_settings(), model_dir)
     spec = modelfile.read(file.expanduser())
-    note(f"created {create_model(name, spec, directory)} (FROM {spec.base})")
+    created = create_model(name, spec, directory, adapters_from=file.expanduser().resolve().parent)
+    note(f"created {created} (FROM {spec.base})")

@@ -110,6 +110,15 @@ NumSpeculativeTokens = Annotated[
     ),
 ]
 
+Lora = Annotated[
+    Path | None,
+    typer.Option(
+        "--lora",
+        help="A LoRA adapter applied to the model: a PEFT directory or a llama.cpp GGUF adapter",
+        rich_help_panel=RUNTIME,
+        exists=True,
+    ),
+]
 ModelArgument = Annotated[
     str | None,
     typer.Argument(
@@ -211,9 +220,11 @@ def load_llm(
     model_dir: Path | None,
     verbose: bool = False,
     speculation: dict[str, Any] | None = None,
+    lora: Path | None = None,
 ) -> LLM:
     """Resolve (pulling a catalog model on first use) and load the model the flags and settings name;
-    `speculation` holds speculative-decoding arguments for LLM.load (see speculation_kwargs)."""
+    `speculation` holds speculative-decoding arguments for LLM.load (see speculation_kwargs); `lora` is a
+    LoRA adapter applied to every request (--lora)."""
     import time
 
     from blazr.api import LLM
@@ -231,6 +242,7 @@ def load_llm(
         dtype=settings.inference.dtype,
         num_ctx=settings.num_ctx,
         chat_template=settings.inference.chat_template,
+        lora=lora,
         **(speculation or {}),
     )
     if verbose:

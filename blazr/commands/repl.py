@@ -164,6 +164,7 @@ def chat(
     speculative: o.Speculative = None,
     draft_model: o.DraftModel = None,
     num_speculative_tokens: o.NumSpeculativeTokens = None,
+    lora: o.Lora = None,
 ) -> None:
     """Multi-turn chat (/clear, /system <msg>, /history, /exit); lines come from the terminal or stdin."""
     settings = o.settings_from_params(locals())
@@ -175,6 +176,7 @@ def chat(
         speculation=o.speculation_kwargs(
             speculative, draft_model, num_speculative_tokens, settings, model_dir
         ),
+        lora=lora,
     )
     conversation = Conversation(system=system)
     run_session(llm, conversation, o.sampling_kwargs(settings), kind="chat", show_stats=verbose)

@@ -83,6 +83,12 @@ def serve(
         "NAME=PATH: a Piper voice (its directory, .onnx or catalog name) for /v1/audio/speech (repeatable)",
         list[str] | None,
     ) = None,
+    lora: _opt(
+        "--lora",
+        "NAME=PATH: a LoRA adapter of the default model (PEFT directory or GGUF); requests pick it with "
+        "lora_adapter or model BASE:NAME (repeatable)",
+        list[str] | None,
+    ) = None,
     device: o.Device = None,
     dtype: o.DType = None,
     num_ctx: o.NumCtx = None,
@@ -97,6 +103,7 @@ def serve(
     params = locals()
     asr_models = parse_asr_models(asr_model or [])
     tts_models = parse_tts_models(tts_model or [])
+    loras = parse_loras(lora or [])
     flags = {
         key: (params[name] if params[name] != [] else None, flag)
         for name, (key, flag) in SERVER_FLAGS.items()
@@ -113,7 +120,7 @@ def serve(
     _resolve_draft_model(settings, model_dir_path)
     tts_models = {name: _catalog_voice(p, model_dir_path) for name, p in tts_models.items()}
     watch = (config_path(), build, lambda fresh: collect_api_keys(api_key or [], fresh))
-    run_server(settings, str(path), model_dir_path, keys, asr_models, tts_models, watch)
+    run_server(settings, str(path), model_dir_path, keys, asr_models, tts_models, watch, loras)
 
 
 def _resolve_draft_model(settings: Settings, model_dir: Path) -> None:
@@ -153,6 +160,19 @@ def parse_asr_models(
             raise ConfigError(f"{flag} {name}={raw}: no such file or directory")
         models[name] = path.resolve()
     return models
+
+
+def parse_loras(values: list[str]) -> dict[str, Path]:
+    """--lora NAME=PATH values -> {NAME: PATH}: a PEFT adapter directory or a llama.cpp GGUF adapter."""
+    from blazr.engine.lora_registry import check_adapter_name
+
+    loras = parse_asr_models(values, "--lora", "sql=~/adapters/sql-lora")
+    for name in loras:
+        try:
+            check_adapter_name(name)
+        except ConfigError as error:
+            raise ConfigError(f"--lora: {error}") from None
+    return loras
 
 
 def parse_tts_models(values: list[str]) -> dict[str, Path]:
@@ -227,6 +247,7 @@ def run_server(
     asr_models: dict[str, Path] | None = None,
     tts_models: dict[str, Path] | None = None,
     watch: tuple | None = None,
+    loras: dict[str, Path] | None = None,
 ) -> None:
     """Build the app and serve it until SIGTERM/SIGINT (see serve_app); `watch` is live_config's (config
     file, rebuild, api keys)."""
@@ -240,6 +261,7 @@ def run_server(
         api_keys=api_keys,
         asr_models=asr_models,
         tts_models=tts_models,
+        loras=loras,
     )
     server = settings.server
     cors = (

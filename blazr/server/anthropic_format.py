@@ -185,8 +185,9 @@ def thinking_enabled(thinking: Any) -> bool | None:
 
 
 def sampling_body(body: dict) -> dict:
-    """The fields protocol.sampling_params reads, under their Anthropic names (stop_sequences -> stop)."""
-    names = ("max_tokens", "temperature", "top_p", "top_k")
+    """The fields protocol.sampling_params reads, under their Anthropic names (stop_sequences -> stop); a LoRA
+    adapter (lora_adapter, or the one a "base:adapter" model name set) passes through."""
+    names = ("max_tokens", "temperature", "top_p", "top_k", "lora_adapter")
     mapped = {name: body[name] for name in names if name in body}
     if "stop_sequences" in body:
         mapped["stop"] = body["stop_sequences"]

@@ -42,11 +42,13 @@ def create_app(
     loader: Any = load_for_serving,
     asr_models: dict[str, Path] | None = None,
     tts_models: dict[str, Path] | None = None,
+    loras: dict[str, Path] | None = None,
 ) -> Quart:
     """A server app. `model` (else settings.default_model) is served when a request names none; other
     names load from `model_dir` on first use. `loader(path, settings) -> LLM` loads a model. `asr_models`
     (name -> Whisper model path, `serve --asr-model`) serve the /v1/audio transcription routes under those
-    names, `tts_models` (name -> voice path, `serve --tts-model`) /v1/audio/speech."""
+    names, `tts_models` (name -> voice path, `serve --tts-model`) /v1/audio/speech; `loras` (name -> adapter
+    path, `serve --lora`) are LoRA adapters of the default model."""
     from blazr.model_dir import model_dir as default_model_dir
     from blazr.server.routes import ALL_BLUEPRINTS
 
@@ -62,6 +64,7 @@ def create_app(
         loader,
         asr_models=asr_models,
         tts_models=tts_models,
+        loras=loras,
     )
     state = ServerState(settings, manager, metrics, [k for k in (api_keys or []) if k])
     app.extensions["blazr"] = state

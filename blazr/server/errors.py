@@ -14,6 +14,8 @@ from blazr.errors import (
     CheckpointError,
     ConfigError,
     InputError,
+    LoraLoadError,
+    LoraNotFoundError,
     ModelNotFoundError,
     TemplateError,
     TokenizerError,
@@ -107,6 +109,10 @@ def api_error_from_blazr(error: BlazrError) -> ApiError:
         )
     if isinstance(error, ModelNotFoundError):
         return ApiError(404, message, type="not_found_error", param="model", code="model_not_found")
+    if isinstance(error, LoraNotFoundError):
+        return ApiError(404, message, type="lora_not_found", param="lora_adapter", code="lora_not_found")
+    if isinstance(error, LoraLoadError):  # features.md: POST /v1/lora answers 422 lora_load_error
+        return ApiError(422, message, type="lora_load_error", code="lora_load_error")
     if isinstance(error, InputError):
         return ApiError(400, message, param=error.param)
     if isinstance(error, ConfigError):

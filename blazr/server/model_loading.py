@@ -60,6 +60,8 @@ def _load_derived(path: Path, settings: Settings) -> Any:
     spec = modelfile.read(path)
     base = resolve_model(spec.base, pull=False, directory=path.parent)
     llm = _load_generator(load_checkpoint(base), settings, spec.num_ctx or settings.num_ctx)
+    if spec.adapter is not None:  # requests get it through request_defaults' lora_adapter
+        llm.load_lora(modelfile.ADAPTER_NAME, spec.adapter)
     llm.modelfile = spec
     return llm
 

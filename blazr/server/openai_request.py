@@ -27,10 +27,25 @@ ANY_TASK = ("generate", "embed", "rerank")
 
 async def load_model(body: dict[str, Any], tasks: tuple[str, ...] = ("generate",)) -> LoadedModel:
     """The model a request names (None or "" -> the served default); 400 unless it does one of `tasks`
-    (an embedding model cannot chat)."""
-    model = await current_state().models.get(get_str(body, "model"))
+    (an embedding model cannot chat). A "base:adapter" name picks the base model and sets the body's
+    lora_adapter (generation routes only)."""
+    model, adapter = await current_state().models.get_adapted(get_str(body, "model"))
     model.require(*tasks, route=request.path)
+    if adapter is not None:
+        select_adapter(body, adapter, tasks)
     return model
+
+
+def select_adapter(body: dict[str, Any], adapter: str, tasks: tuple[str, ...]) -> None:
+    """The adapter a "base:adapter" model name picked, as the body's lora_adapter (which must agree)."""
+    if tasks != ("generate",):
+        raise ApiError(400, f"LoRA adapter {adapter!r} applies to text generation routes only", param="model")
+    given = body.get("lora_adapter")
+    if given is not None and given != adapter:
+        raise ApiError(
+            400, f"model names adapter {adapter!r} but lora_adapter is {given!r}", param="lora_adapter"
+        )
+    body["lora_adapter"] = adapter
 
 
 def request_params(

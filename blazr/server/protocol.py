@@ -178,6 +178,7 @@ def sampling_params(
         logit_bias=_logit_bias(body, vocab_size),
         seed=get_int(body, "seed"),
         stop=get_stop(body),
+        lora_adapter=get_str(body, "lora_adapter"),
         **_sampler_extras(body),
     )
 

@@ -21,6 +21,7 @@ from blazr.errors import BlazrError
 from blazr.model_dir import ModelEntry, find_in_model_dir, list_models, resolve_model
 from blazr.modelfile import SUFFIX as MODELFILE_SUFFIX
 from blazr.server.errors import ApiError, api_error_from_blazr
+from blazr.server.lora_adapters import ServedAdapters
 from blazr.server.metrics import Metrics
 from blazr.server.model_loading import load_for_serving  # noqa: F401 (the default loader; tests import it here)
 
@@ -165,6 +166,7 @@ class ModelManager:
         loader: Any = load_for_serving,
         asr_models: dict[str, Path] | None = None,
         tts_models: dict[str, Path] | None = None,
+        loras: dict[str, Path] | None = None,
     ):
         self.settings = settings
         self.model_dir = Path(model_dir)
@@ -190,6 +192,8 @@ class ModelManager:
         self.closed = False
         self._loaded: dict[str, LoadedModel] = {}
         self._loading: dict[str, asyncio.Future] = {}
+        self.loras = ServedAdapters(self.model_dir)  # LoRA adapters per model, bound while it is loaded
+        self.default_loras = dict(loras or {})  # serve --lora NAME=PATH: the default model's adapters
 
     # ---- lookup ------------------------------------------------------------------------------------------
 
@@ -209,6 +213,23 @@ class ModelManager:
             model = await asyncio.shield(task)  # a client that leaves does not cancel a shared load
         self._touch(key, model, keep_alive, is_default=path == self.default_path)
         return model
+
+    async def get_adapted(
+        self, name: str | None, keep_alive: float | None = None
+    ) -> tuple[LoadedModel, str | None]:
+        """As get(), but a name that is no model may be "base:adapter" or an adapter of the default model:
+        then (the base model, the adapter's name)."""
+        try:
+            return await self.get(name, keep_alive), None
+        except ApiError as error:
+            split = self.loras.split(name, self) if error.status == 404 else None
+            if split is None:
+                raise
+            return await self.get(split[0], keep_alive), split[1]
+
+    def loaded_at_path(self, path: Path) -> LoadedModel | None:
+        """The loaded model read from `path`, if any."""
+        return self._loaded.get(str(Path(path).resolve()))
 
     def resolve(self, name: str | None) -> tuple[Path, str]:
         """(weights path, served name) for a request's model name."""
@@ -325,6 +346,8 @@ class ModelManager:
                 resolve_model, self.default_model, True, self.model_dir, True
             )
             key = str(self.default_path.resolve())
+            for name, adapter_path in self.default_loras.items():
+                self.loras.register(self.default_path, name, adapter_path)
             model = await self._load(key, self.default_path, self.default_name())
             self._touch(key, model, None, is_default=True)
         except ApiError as error:
@@ -374,6 +397,11 @@ class ModelManager:
             size_bytes=_size_on_disk(path),
             manager=self,
         )
+        try:
+            await self.loras.bind_all(model)  # the adapters it served before an eviction, or serve --lora's
+        except ApiError:
+            await asyncio.to_thread(engine.shutdown)
+            raise
         self._loaded[key] = model
         self.metrics.model_loads_total.inc()
         log.info("loaded model %s in %.2f s", name, time.monotonic() - start)

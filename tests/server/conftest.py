@@ -108,10 +108,18 @@ async def make_app():
     started = []
 
     async def make(
-        model=None, model_dir=None, api_keys=None, loader=None, wait=True, settings=None, **server
+        model=None,
+        model_dir=None,
+        api_keys=None,
+        loader=None,
+        wait=True,
+        settings=None,
+        loras=None,
+        **server,
     ):
         settings = settings or server_settings(**server)
         kwargs = {"loader": loader} if loader is not None else {}
+        kwargs |= {"loras": loras} if loras is not None else {}
         app = create_app(settings, model=model, model_dir=model_dir, api_keys=api_keys, **kwargs)
         await app.startup()
         started.append(app)

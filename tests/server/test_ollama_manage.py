@@ -135,6 +135,35 @@ async def test_create_a_derived_model_and_chat_with_it(tiny_app, tiny_model_dir)
     assert 3 < longer["eval_count"] <= 6 or longer["done_reason"] == "stop"  # the request's option wins
 
 
+async def test_create_with_an_adapter_serves_base_plus_adapter(tiny_app, tiny_model_dir):
+    """A Modelfile's ADAPTER (inside the model directory over HTTP) applies to every request of the derived
+    model: its greedy text is the adapter's (transformers' PeftModel ids), the base's stays its own."""
+    import shutil
+
+    import numpy as np
+
+    from tests.tiny_lora import GOLDEN
+    from tests.tiny_models import PROMPT_IDS
+
+    shutil.copytree(GOLDEN / "llama_all", tiny_model_dir / "adapters" / "all")
+    body = {"model": "tuned", "modelfile": "FROM tiny\nADAPTER adapters/all", "stream": False}
+    assert (await tiny_app.test_client().post("/api/create", json=body)).status_code == 200
+    client = tiny_app.test_client()
+
+    async def text(model: str) -> str:
+        fields = {"model": model, "prompt": list(PROMPT_IDS), "max_tokens": 8, "temperature": 0}
+        return (await (await client.post("/v1/completions", json=fields)).get_json())["choices"][0]["text"]
+
+    tuned = await text("tuned")
+    llm = next(m for m in tiny_app.extensions["blazr"].models.loaded() if m.name == "tuned").llm
+    want = np.load(GOLDEN / "llama_all" / "reference.npz")["ids"][:8].tolist()
+    assert tuned == llm.tokenizer.decode(want)
+    assert await text("tiny") != tuned
+    outside = {"model": "x", "modelfile": f"FROM tiny\nADAPTER {GOLDEN / 'llama_all'}", "stream": False}
+    refused = await client.post("/api/create", json=outside)
+    assert refused.status_code == 400 and "inside the model directory" in (await refused.get_json())["error"]
+
+
 @pytest.mark.parametrize(
     "body, phrase",
     [

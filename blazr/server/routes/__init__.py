@@ -17,6 +17,7 @@ ROUTE_MODULES = [
     "ollama",
     "ollama_embed",
     "ollama_manage",
+    "lora",
     "infill",
     "rerank",
     "tei_embed",

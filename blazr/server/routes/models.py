@@ -21,6 +21,7 @@ MODEL_SCHEMA = {
         "created": {"type": "integer"},
         "owned_by": {"type": "string"},
         "loaded": {"type": "boolean"},
+        "parent": {"type": "string", "description": "a LoRA adapter's base model (id base:adapter)"},
     },
 }
 LIST_SCHEMA = {
@@ -42,7 +43,20 @@ async def model_cards() -> list[dict]:
         cards.setdefault(entry.name, _card(entry.name, entry.path, entry.name in loaded))
     for name, model in loaded.items():
         cards.setdefault(name, _card(name, model.path, True))
-    return list(cards.values())
+    return list(cards.values()) + _adapter_cards(manager, cards, loaded)
+
+
+def _adapter_cards(manager, cards: dict[str, dict], loaded: dict) -> list[dict]:
+    """One card per LoRA adapter, "base:adapter" with its base as parent (as vLLM lists served adapters)."""
+    out = []
+    paths = {manager.default_name(): manager.default_path} | {m.name: m.path for m in loaded.values()}
+    for name, path in paths.items():
+        if name is None or path is None or name not in cards:
+            continue
+        for adapter in manager.loras.names(path):
+            card = dict(cards[name], id=f"{name}:{adapter}", parent=name)
+            out.append(card)
+    return out
 
 
 def _card(name: str, path, loaded: bool) -> dict:

@@ -29,6 +29,7 @@ from blazr.server import ollama_format as fmt
 from blazr.server.chat_prompt import build_chat_prompt, parse_tools
 from blazr.server.errors import ApiError
 from blazr.server.generation import Delta, generate_stream, open_stream
+from blazr.server.openai_request import select_adapter
 from blazr.server.openapi import documented
 from blazr.server.protocol import get_bool, get_list, get_str, read_json, sampling_params
 from blazr.server.reasoning import model_thinks
@@ -219,8 +220,10 @@ async def _start(body: dict) -> OllamaRun:
     timings = fmt.Timings()
     keep_alive = fmt.parse_keep_alive(body.get("keep_alive"))
     stream = bool(get_bool(body, "stream", default=True))
-    model = await current_state().models.get(get_str(body, "model"), keep_alive)
+    model, adapter = await current_state().models.get_adapted(get_str(body, "model"), keep_alive)
     model.require("generate", route=request.path)
+    if adapter is not None:
+        select_adapter(body, adapter, ("generate",))
     timings.load_seconds = time.perf_counter() - timings.started
     return OllamaRun(model, keep_alive, stream, timings)
 
@@ -232,6 +235,9 @@ def _params(body: dict, model: LoadedModel):
     merged = defaults | fmt.sampling_body(body)  # a derived model's PARAMETERs over the server's defaults
     params = sampling_params(merged, vocab_size=model.vocab_size, max_tokens_keys=("max_tokens",))
     params.constraint = format_constraint(body.get("format"))
+    adapter = get_str(body, "lora_adapter")  # a top-level field (or model "base:adapter"), not an option
+    if adapter is not None:
+        params.lora_adapter = adapter
     return params
 
 

@@ -9,7 +9,8 @@ Ollama's shape; a model already in the directory succeeds at once. /api/delete r
 directory (unloading it first when loaded); /api/copy copies one under a new name, replacing what that name
 held, as Ollama does. /api/create writes a derived model (blazr/modelfile.py) from Ollama's fields ("from",
 "system", "parameters") or an older client's "modelfile" text; what blazr does not take ("template",
-"adapters", "messages", a TEMPLATE / ADAPTER line) is a 400 naming it. Names are looked up inside the model
+"adapters" blobs, "messages", a TEMPLATE line) is a 400 naming it; an ADAPTER line names a LoRA adapter
+inside the model directory. Names are looked up inside the model
 directory only (no paths).
 """
 
@@ -158,7 +159,8 @@ async def copy() -> Response:
 
 UNSUPPORTED_CREATE = {
     "template": "Ollama's Go templates are not read; blazr renders the base model's own chat template",
-    "adapters": "LoRA adapters are not supported yet",
+    "adapters": "uploaded adapter blobs are not supported; send a modelfile whose ADAPTER line names an adapter "
+    "inside the model directory",
     "messages": "example messages are not supported yet",
     "quantize": "quantizing on create is not supported; pull or convert a quantized file",
     "files": "creating from uploaded blobs is not supported; FROM a model in the model directory",
