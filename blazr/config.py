@@ -82,6 +82,7 @@ class ServerSettings:
     max_inflight_tokens: int = 0  # 0 = unlimited; prompt + max_tokens of admitted requests, else 503
     max_embedding_inputs: int = 2048  # inputs one embedding request may hold (OpenAI's limit), else 400
     reasoning_field: str = "reasoning_content"  # chat replies' reasoning key: reasoning_content | reasoning
+    slot_save_path: str | None = None  # (optional) folder of /slots save / restore files (llama.cpp's flag)
     # latency SLO targets in ms (server/slo.py); unset ones are not checked. In YAML also as a mapping,
     # server: {slo: {ttft_p95_ms: 500}}
     slo_ttft_p50_ms: float | None = None

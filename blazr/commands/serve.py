@@ -36,6 +36,7 @@ SERVER_FLAGS = {
     "max_loaded": ("server.max_loaded_models", "--max-loaded-models"),
     "shutdown_grace": ("server.shutdown_grace_secs", "--shutdown-grace"),
     "cors_origin": ("server.cors_origins", "--cors-origin"),
+    "slot_save_path": ("server.slot_save_path", "--slot-save-path"),
     "speculative": ("inference.speculative_method", "--speculative"),
     "draft_model": ("inference.speculative_draft_model", "--draft-model"),
     "num_speculative_tokens": ("inference.speculative_num_speculative_tokens", "--num-speculative-tokens"),
@@ -72,6 +73,9 @@ def serve(
     ) = None,
     cors_origin: _opt(
         "--cors-origin", "Allowed CORS origin (repeatable; default: any)", list[str] | None
+    ) = None,
+    slot_save_path: _opt(
+        "--slot-save-path", "Folder where POST /slots/ID?action=save|restore writes and reads KV files"
     ) = None,
     asr_model: _opt(
         "--asr-model",

@@ -22,6 +22,7 @@ from blazr.engine.request import FinishReason, Request, RequestOutput, SamplingP
 from blazr.engine.runner import ModelRunner, kv_pool_blocks
 from blazr.engine.sampling import StopStrings, make_rng
 from blazr.engine.scheduler import Scheduler
+from blazr.engine.slots import SlotStore
 from blazr.engine.spec.config import build_drafter
 from blazr.engine.spec.draft import SpecStats
 from blazr.errors import ConfigError
@@ -109,6 +110,7 @@ class Engine:
         )
         self.runner = ModelRunner(model, backend, blocks, block_size)
         self.loras = LoraRegistry(model)  # adapters requests pick by SamplingParams.lora_adapter
+        self.slots = SlotStore(self.kv, model, backend, self.runner.cache)  # SamplingParams.slot_id
         self._text: dict[Request, _TextState] = {}  # sequences not yet reported finished
         self._ids_in_use: dict[str, int] = {}  # request id -> its choices not yet reported finished
         self._pending: list[RequestOutput] = []  # outputs for the next step() (aborts, empty prompts)
@@ -148,6 +150,8 @@ class Engine:
         self._ids_in_use[request_id] = params.n
         leader = None
         adapter = self.loras.get(params.lora_adapter) if params.lora_adapter is not None else None
+        if params.slot_id is not None:
+            self.slots.create(params.slot_id).busy += 1
         for index in range(params.n):
             request = Request(request_id, prompt_ids, params, rng=make_rng(params.seed, index), index=index)
             request.adapter = adapter
@@ -259,9 +263,14 @@ class Engine:
         )
 
     def _release(self, request: Request) -> None:
-        """Forget a finished sequence's text state; the request id is free again once all choices ended."""
+        """Forget a finished sequence's text state; the request id is free again once all choices ended. A
+        request run in a slot leaves its KV pinned there (choice 0's)."""
         if self._text.pop(request, None) is None:
             return
+        slot_id = request.params.slot_id
+        if slot_id is not None and request.index == 0 and slot_id in self.slots.slots:
+            self.slots.slots[slot_id].busy -= 1
+            self.slots.keep(slot_id, request.all_ids, request.block_keys)
         left = self._ids_in_use[request.request_id] - 1
         if left:
             self._ids_in_use[request.request_id] = left

@@ -91,6 +91,22 @@ class KVCacheManager:
         self.stats.hit_tokens += cached
         return cached
 
+    def pin(self, holder: Hashable, keys: list[bytes]) -> int:
+        """Hold, under `holder` (a slot), the cached blocks of `keys` in order up to the first one not cached, so
+        they are not evicted; returns how many. The holder must hold nothing yet."""
+        if self._tables.get(holder):
+            raise RuntimeError(f"{holder!r} already holds blocks")
+        blocks: list[int] = []
+        for key in keys:
+            block = self.pool.lookup(key)
+            if block is None:
+                break
+            self.pool.share(block)
+            blocks.append(block)
+        self._tables[holder] = blocks
+        self._committed[holder] = len(blocks)
+        return len(blocks)
+
     def commit(self, seq: Hashable, keys: list[bytes], num_computed: int) -> None:
         """Index the sequence's blocks that are full and computed (`keys` covers at least those)."""
         if not self.enable_prefix_cache:

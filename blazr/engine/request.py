@@ -73,6 +73,7 @@ class SamplingParams:
     speculative: bool = True  # False: this request never runs drafts (a server with speculative decoding on)
     # the name of a LoRA adapter loaded on the model (Engine.loras); None: the base model
     lora_adapter: str | None = None
+    slot_id: str | None = None  # a slot (engine/slots.py) that keeps this conversation's KV when it ends
 
     def validate(self, vocab_size: int | None = None) -> SamplingParams:
         """Raise ConfigError naming the first out-of-range field; returns self so calls can chain."""
@@ -150,6 +151,11 @@ class SamplingParams:
                 raise ConfigError(f"sampling parameter {name}={value!r} must be an integer")
         if self.lora_adapter is not None and not isinstance(self.lora_adapter, str):
             raise ConfigError(f"lora_adapter={self.lora_adapter!r} must be an adapter's name")
+        if self.slot_id is not None and not isinstance(self.slot_id, str):
+            raise ConfigError(f"slot_id={self.slot_id!r} must be a slot's id")
+        if self.slot_id is not None and self.lora_adapter is not None:
+            # a slot's KV is reused by later turns and saved to files: it holds base-model KV only
+            raise ConfigError("slot_id cannot be combined with lora_adapter: slots hold the base model's KV")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise ConfigError(f"sampling parameter seed={self.seed!r} must be an integer")
         for name in (

@@ -186,8 +186,8 @@ def thinking_enabled(thinking: Any) -> bool | None:
 
 def sampling_body(body: dict) -> dict:
     """The fields protocol.sampling_params reads, under their Anthropic names (stop_sequences -> stop); a LoRA
-    adapter (lora_adapter, or the one a "base:adapter" model name set) passes through."""
-    names = ("max_tokens", "temperature", "top_p", "top_k", "lora_adapter")
+    adapter (lora_adapter, or the one a "base:adapter" model name set) and a slot pass through."""
+    names = ("max_tokens", "temperature", "top_p", "top_k", "lora_adapter", "id_slot", "slot_id")
     mapped = {name: body[name] for name in names if name in body}
     if "stop_sequences" in body:
         mapped["stop"] = body["stop_sequences"]

@@ -101,6 +101,7 @@ def error_response(err: ApiError, family: str) -> Response:
 def api_error_from_blazr(error: BlazrError) -> ApiError:
     """Map a library error to its HTTP status: the user's input is at fault (4xx) unless it is unknown."""
     from blazr.engine.scheduler import QueueFullError  # here, not at import: the server's errors load first
+    from blazr.engine.slots import SlotNotFoundError
 
     message = str(error)
     if isinstance(error, QueueFullError):  # the engine's bounded waiting queue is full: back-pressure
@@ -109,6 +110,8 @@ def api_error_from_blazr(error: BlazrError) -> ApiError:
         )
     if isinstance(error, ModelNotFoundError):
         return ApiError(404, message, type="not_found_error", param="model", code="model_not_found")
+    if isinstance(error, SlotNotFoundError):
+        return ApiError(404, message, type="slot_not_found", param="slot_id", code="slot_not_found")
     if isinstance(error, LoraNotFoundError):
         return ApiError(404, message, type="lora_not_found", param="lora_adapter", code="lora_not_found")
     if isinstance(error, LoraLoadError):  # features.md: POST /v1/lora answers 422 lora_load_error

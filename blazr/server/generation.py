@@ -60,6 +60,15 @@ def check_prompt(model: LoadedModel, prompt_ids: list[int], params: SamplingPara
             code="context_length_exceeded",
         )
     params = dataclasses.replace(params, max_tokens=min(params.max_tokens, num_ctx - len(prompt_ids)))
+    slot = params.slot_id
+    if slot is not None and not slot.isdigit() and slot not in model.llm.engine.slots.slots:
+        raise ApiError(  # a named slot comes from POST /api/slots; llama.cpp's numbered ones exist on first use
+            404,
+            f"slot {slot!r} does not exist",
+            type="slot_not_found",
+            param="slot_id",
+            code="slot_not_found",
+        )
     try:
         return params.validate(model.vocab_size)
     except BlazrError as error:

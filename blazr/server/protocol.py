@@ -179,8 +179,18 @@ def sampling_params(
         seed=get_int(body, "seed"),
         stop=get_stop(body),
         lora_adapter=get_str(body, "lora_adapter"),
+        slot_id=slot_field(body),
         **_sampler_extras(body),
     )
+
+
+def slot_field(body: dict) -> str | None:
+    """The slot a request runs in: llama.cpp's integer `id_slot` (-1: none) or an /api/slots `slot_id`."""
+    number = get_int(body, "id_slot", min=-1)
+    named = get_str(body, "slot_id")
+    if number is not None and number >= 0 and named is not None:
+        raise _bad("slot_id", "give id_slot or slot_id, not both")
+    return named if named is not None else (str(number) if number is not None and number >= 0 else None)
 
 
 def _sampler_extras(body: dict) -> dict[str, Any]:

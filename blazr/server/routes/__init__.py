@@ -18,6 +18,7 @@ ROUTE_MODULES = [
     "ollama_embed",
     "ollama_manage",
     "lora",
+    "slots",
     "infill",
     "rerank",
     "tei_embed",

@@ -31,7 +31,7 @@ from blazr.server.errors import ApiError
 from blazr.server.generation import Delta, generate_stream, open_stream
 from blazr.server.openai_request import select_adapter
 from blazr.server.openapi import documented
-from blazr.server.protocol import get_bool, get_list, get_str, read_json, sampling_params
+from blazr.server.protocol import get_bool, get_list, get_str, read_json, sampling_params, slot_field
 from blazr.server.reasoning import model_thinks
 from blazr.server.reply_parser import ReplyOptions, ReplyParser, parse_reply
 from blazr.server.routes.infill import find_fim_tokens, infill_prompt_ids
@@ -238,6 +238,7 @@ def _params(body: dict, model: LoadedModel):
     adapter = get_str(body, "lora_adapter")  # a top-level field (or model "base:adapter"), not an option
     if adapter is not None:
         params.lora_adapter = adapter
+    params.slot_id = slot_field(body)
     return params
 
 
