@@ -53,6 +53,33 @@ def pull_hf(repo_id: str, dest_dir: Path, file: str | None = None) -> Path:
     return target
 
 
+def pull_hf_tag(repo_id: str, dest_dir: Path, tag: str) -> Path:
+    """Ollama's `<hub host>/owner/name:QUANT`: the repo's one GGUF file whose name ends in that quant (Q4_K_M),
+    linked into `dest_dir/<repo basename>/`. DownloadError naming the GGUF files there when none matches."""
+    check_repo_id(repo_id)
+    files = _hub_call(repo_id, lambda hub: hub.list_repo_files(repo_id))
+    ggufs = [f for f in files if "/" not in f and f.endswith(".gguf")]
+    match = [g for g in ggufs if re.search(rf"[.\-_]{re.escape(tag)}\.gguf$", g, re.IGNORECASE)]
+    if len(match) != 1:
+        listed = ", ".join(sorted(ggufs)) or "none"
+        raise DownloadError(
+            f"Hugging Face repo {repo_id} has no single {tag} GGUF file (its GGUF files: {listed})"
+        )
+    return pull_hf(repo_id, dest_dir, match[0])
+
+
+def split_hub_name(name: str) -> tuple[str, str | None] | None:
+    """(repo id, quant tag or None) for Ollama's `<hub host>/owner/name[:TAG]` (a first segment with a dot is
+    the host Ollama's names carry) or a bare `owner/name[:TAG]`; None for anything else (a catalog or model
+    directory name)."""
+    parts = name.split("/")
+    bare = "/".join(parts[1:]) if len(parts) == 3 and "." in parts[0] else name
+    repo, _, tag = bare.partition(":")
+    if not _REPO_ID.match(repo) or ".." in repo:
+        return None
+    return repo, (tag if tag and tag.lower() != "latest" else None)
+
+
 def check_repo_id(repo_id: str) -> None:
     if not _REPO_ID.match(repo_id) or ".." in repo_id:
         raise DownloadError(f"{repo_id!r} is not a Hugging Face repo id; expected owner/name")

