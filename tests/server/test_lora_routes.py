@@ -98,8 +98,8 @@ async def test_adapters_come_back_after_the_model_is_unloaded(lora_app):
 @pytest.mark.parametrize(
     "body, status, kind",
     [
-        ({"model": "tiny", "name": "x", "path": "adapters/qwen3"}, 422, "lora_load_error"),
-        ({"model": "tiny", "name": "x", "path": "adapters/none"}, 422, "lora_load_error"),
+        ({"model": "tiny", "name": "x", "path": "adapters/qwen3"}, 400, "lora_load_error"),
+        ({"model": "tiny", "name": "x", "path": "adapters/none"}, 400, "lora_load_error"),
         ({"model": "tiny", "name": "x", "path": "../outside"}, 400, "invalid_request_error"),
         ({"model": "tiny", "name": "x", "path": "/etc"}, 400, "invalid_request_error"),
         ({"model": "tiny", "name": "bad name", "path": "adapters/attn"}, 400, "invalid_request_error"),
@@ -139,4 +139,4 @@ async def test_unknown_adapters_in_each_family_shape(lora_app):
 async def test_a_broken_serve_lora_fails_the_default_model(make_app, tiny_model_dir):
     app = await make_app(model="tiny", model_dir=tiny_model_dir, loras={"q": GOLDEN / "qwen3_patterns"})
     error = app.extensions["blazr"].models.default_error
-    assert error is not None and error.status == 422 and "another base model" in error.message
+    assert error is not None and error.status == 400 and "another base model" in error.message

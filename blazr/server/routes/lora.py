@@ -65,7 +65,7 @@ async def list_adapters():
 
 
 @bp.post("/v1/lora")
-@documented(LOAD_REQUEST, LOADED, summary="Load a LoRA adapter onto a model (422 lora_load_error)")
+@documented(LOAD_REQUEST, LOADED, summary="Load a LoRA adapter onto a model (400 lora_load_error)")
 async def load_adapter():
     body = await read_json()
     name = get_str(body, "name", required=True)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 from quart import Blueprint, Response
 
 from blazr.server.metrics import CONTENT_TYPE
@@ -9,6 +12,7 @@ from blazr.server.openapi import documented
 from blazr.server.state import current_state
 
 bp = Blueprint("metrics", __name__)
+RECOUNT_SECS = 30.0  # the model directory is listed at most this often (it reads every model's header)
 
 
 @bp.get("/metrics")
@@ -20,4 +24,7 @@ async def metrics():
     state.metrics.observe_engines({m.name: m.llm.engine for m in loaded if m.task == "generate"})
     admission = state.models.admission
     state.metrics.observe_admission(admission.tokens, admission.max_tokens)
+    if time.monotonic() - state.metrics.models_counted_at >= RECOUNT_SECS:
+        state.metrics.models_available.set(len(await asyncio.to_thread(state.models.available)))
+        state.metrics.models_counted_at = time.monotonic()
     return Response(state.metrics.render(), content_type=CONTENT_TYPE)
