@@ -104,7 +104,9 @@ class SlotStore:
                 tensors[f"{name}.{layer}"] = gathered.reshape(len(rows), *array.shape[1:])
         tensors["token_ids"] = np.asarray(slot.token_ids, dtype=np.int64)
         meta = {"format": FORMAT, "fingerprint": fingerprint, "block_size": str(self.kv.block_size)}
-        save_file(tensors, str(path), metadata=meta)
+        partial = path.with_name(path.name + ".partial")  # a full disk leaves no half file under the name
+        save_file(tensors, str(partial), metadata=meta)
+        partial.replace(path)
         return len(slot.token_ids), path.stat().st_size
 
     def restore(self, slot_id: str, path: Path, fingerprint: str) -> tuple[int, int]:
