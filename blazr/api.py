@@ -77,6 +77,7 @@ class LLM:
         draft_model: str | Path | None = None,
         kv_cache_mb: int | None = None,
         lora: str | Path | None = None,
+        on_progress: Any = None,
     ) -> LLM:
         """Load a model by path or name (catalog models are pulled on first use), or an opened Checkpoint, onto `device`.
         num_ctx defaults to min(2048, the model's context length). speculative="ngram" turns on prompt-lookup
@@ -84,7 +85,7 @@ class LLM:
         turns on draft-model speculative decoding. kv_cache_mb sizes the paged KV pool (default: room for
         max_seqs full contexts, on the CPU at most a quarter of the RAM available at load). lora (a PEFT
         adapter directory or a llama.cpp GGUF adapter) is loaded as "default" and applied to every call that
-        names no other adapter, like llama.cpp's --lora."""
+        names no other adapter, like llama.cpp's --lora. on_progress(done, total) follows the weights' load."""
         from blazr.backends import get_backend
         from blazr.loaders import open_model
         from blazr.models import build_model, model_task, wrong_task
@@ -95,7 +96,7 @@ class LLM:
         if task != "generate":
             raise UnsupportedError(wrong_task(checkpoint.path, task, "generate"))
         backend = get_backend(device)
-        net = build_model(checkpoint, backend, dtype)
+        net = build_model(checkpoint, backend, dtype, on_progress=on_progress)
         tokenizer = load_tokenizer(checkpoint)
         num_ctx = num_ctx or min(DEFAULT_NUM_CTX, net.args.max_position_embeddings)
         draft = None

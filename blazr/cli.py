@@ -88,8 +88,15 @@ def root(
         bool,
         typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit"),
     ] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option("--quiet", "-q", help="No progress bars (they show only on a terminal anyway)"),
+    ] = False,
 ) -> None:
     """Run language models on CPU or GPU: generate, chat, inspect and download models."""
+    from blazr.commands.progress import set_quiet
+
+    set_quiet(quiet)
 
 
 app.command("generate")(generate.generate)

@@ -13,6 +13,7 @@ import typer
 
 from blazr.commands import options as o
 from blazr.commands.output import note
+from blazr.commands.progress import quiet
 from blazr.config import Settings, load_settings, resolve_model_dir
 from blazr.errors import BlazrError, ConfigError, ModelNotFoundError
 from blazr.loaders import registry
@@ -245,7 +246,7 @@ def pull(
     if entry is not None:
         if file is not None:
             raise ConfigError(f"--file applies to Hugging Face repos; {name!r} is a catalog model (one file)")
-        path = pull_catalog_model(entry, directory)
+        path = pull_catalog_model(entry, directory, quiet=quiet())
     elif "/" in name:
         from blazr.loaders.hub import pull_hf
 

@@ -235,16 +235,20 @@ def load_llm(
             f"{path.name} is a derived model (a Modelfile): serve it with `blazr serve`, or run the model its "
             "FROM line names"
         )
+    from blazr.commands.progress import progress_bar
+
     start = time.perf_counter()
-    llm = LLM.load(
-        str(path),
-        device=settings.device,
-        dtype=settings.inference.dtype,
-        num_ctx=settings.num_ctx,
-        chat_template=settings.inference.chat_template,
-        lora=lora,
-        **(speculation or {}),
-    )
+    with progress_bar(f"loading {path.name}", None) as update:
+        llm = LLM.load(
+            str(path),
+            device=settings.device,
+            dtype=settings.inference.dtype,
+            num_ctx=settings.num_ctx,
+            chat_template=settings.inference.chat_template,
+            lora=lora,
+            on_progress=update,
+            **(speculation or {}),
+        )
     if verbose:
         print(f"loaded {path} on {settings.device} in {time.perf_counter() - start:.2f}s", file=sys.stderr)
     return llm

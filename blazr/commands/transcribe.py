@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 
 from blazr.commands import options as o
+from blazr.commands.progress import progress_bar, quiet
 from blazr.config import resolve_model_dir
 from blazr.errors import BlazrError, ConfigError, ModelNotFoundError, UnsupportedError
 from blazr.loaders.registry import DEFAULT_ASR_MODEL
@@ -90,7 +91,7 @@ def transcribe(
     transcriber = load_transcriber(model, device, model_dir)
     code = language_code(language) if language else None
     _check_model_fits(transcriber, code, language, task)
-    show_progress = sys.stderr.isatty() if progress is None else progress
+    show_progress = (sys.stderr.isatty() if progress is None else progress) and not quiet()
     failures: list[int] = []
     for path in files:
         try:
@@ -202,7 +203,10 @@ def run_one(transcriber: Any, path: Path, *, show_progress: bool, **options: Any
 
     audio = load_audio(path)
     kwargs = {k: v for k, v in options.items() if v is not None}
-    if show_progress:
+    if show_progress and sys.stderr.isatty():  # a bar on a terminal
+        with progress_bar(path.name, None, unit="s") as update:
+            return transcriber.transcribe(audio, progress=lambda done, total: update(done, total), **kwargs)
+    if show_progress:  # --progress into a log: a line per tenth
         kwargs["progress"] = ProgressLine(path.name)
     try:
         return transcriber.transcribe(audio, **kwargs)
@@ -212,8 +216,8 @@ def run_one(transcriber: Any, path: Path, *, show_progress: bool, **options: Any
 
 
 class ProgressLine:
-    """`talk.wav: 42% (12.0 / 30.0 s)` on stderr: rewritten in place on a terminal, else one line per step
-    of 10% so a log file gets a handful of lines, not one per window."""
+    """`talk.wav: 42% (12.0 / 30.0 s)` on stderr for --progress off a terminal (a terminal gets a bar): one
+    line per step of 10%, so a log file gets a handful of lines, not one per window."""
 
     def __init__(self, name: str):
         self.name = name

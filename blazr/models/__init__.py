@@ -214,9 +214,10 @@ def get_model_module(config: dict[str, Any], gguf_metadata: dict[str, Any] | Non
     return importlib.import_module(f"blazr.models.{model_module_name(config, gguf_metadata)}")
 
 
-def build_model(ckpt, backend, dtype: str | None = None, lm_head: bool = True):
+def build_model(ckpt, backend, dtype: str | None = None, lm_head: bool = True, on_progress=None):
     """A loaded model for Checkpoint `ckpt` on `backend`, activations in `dtype` (default "f32"). A decoder
     built with lm_head=False (an embedder: hidden states only) neither expects nor loads its LM head.
+    `on_progress(done, total)` is called as each checkpoint tensor is read (a progress bar's update).
 
     Fails before reading any weight when the backend lacks an op/dtype the model needs (UnsupportedError),
     and on a missing, unexpected or wrongly shaped tensor (CheckpointError).
@@ -243,8 +244,24 @@ def build_model(ckpt, backend, dtype: str | None = None, lm_head: bool = True):
         model.without_head()
     check_supports(backend, model.required_ops())
     weights = model.sanitize(dict(ckpt.tensors))
+    if on_progress is not None:
+        weights = _CountedTensors(weights, on_progress)
     fits = getattr(backend, "check_model_fits", None)
     if fits is not None:  # a backend that knows its memory refuses a model too big before any upload
         fits(weights, dtype)
     model.load_weights(weights, source=ckpt.path)
     return model
+
+
+class _CountedTensors(dict):
+    """Checkpoint tensors that report each read: (tensors read, tensors in all)."""
+
+    def __init__(self, tensors: dict, report):
+        super().__init__(tensors)
+        self._report, self._read = report, 0
+
+    def __getitem__(self, name):
+        value = super().__getitem__(name)
+        self._read += 1
+        self._report(min(self._read, len(self)), len(self))
+        return value
