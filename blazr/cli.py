@@ -14,6 +14,7 @@ from blazr import __version__
 from blazr.commands import (
     bench,
     completions,
+    convert,
     devices,
     embed,
     generate,
@@ -108,6 +109,7 @@ app.command("pull")(models.pull)
 app.command("rm")(models.rm)
 app.command("cp")(models.cp)
 app.command("create")(models.create)
+app.command("convert")(convert.convert)
 app.command("completions")(completions.completions)
 app.command("devices")(devices.devices)
 app.command("serve")(serve.serve)
