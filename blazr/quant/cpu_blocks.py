@@ -262,10 +262,23 @@ def tag_format(tag) -> str:
 
 @functools.cache
 def _sources_hash() -> str:
-    """A short hash of every module whose numba code the kernels compile in (the decoders and direct dots)."""
+    """A short hash of every module whose numba code the kernels compile in (the decoders and direct dots).
+    In a single-file archive (packaging/) the modules have no source files: their code objects are hashed."""
     digest = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.glob("cpu_*.py")) + [Path(__file__).parent / "int4.py"]:
-        digest.update(path.read_bytes())
+    package = Path(__file__).parent
+    files = sorted(package.glob("cpu_*.py")) + [package / "int4.py"]
+    if all(path.is_file() for path in files):
+        for path in files:
+            digest.update(path.read_bytes())
+        return digest.hexdigest()[:12]
+    import importlib.util
+    import marshal
+    import pkgutil
+
+    names = sorted(m.name for m in pkgutil.iter_modules([str(package)]) if m.name.startswith("cpu_"))
+    for name in [*names, "int4"]:
+        fullname = f"{__package__}.{name}"
+        digest.update(marshal.dumps(importlib.util.find_spec(fullname).loader.get_code(fullname)))
     return digest.hexdigest()[:12]
 
 

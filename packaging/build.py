@@ -1,0 +1,104 @@
+"""Build this OS's single-file archive of the `blazr` command into dist/, with its SHA256SUMS.
+
+    python packaging/build.py            # needs `pip install pyinstaller` in the environment that has blazr
+
+The archive holds the PyInstaller one-file `blazr` binary (CPU and WGSL backends, server, speech; the bundled
+pip serves `blazr pull`), LICENSE and THIRD-PARTY-LICENSES.txt (every installed distribution's name, version,
+licence fields and licence files, read from its metadata). Names follow features.md: blazr-linux-x64.tar.gz,
+blazr-linux-arm64.tar.gz, blazr-macos-arm64.tar.gz, blazr-macos-x64.tar.gz, blazr-windows-x64.zip (no version).
+numba compiles its kernels on first use into ~/.cache/numba (its user-wide cache, as the bundled sources are
+not beside a writable folder), so a second start finds them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DIST = REPO / "dist"
+# packages whose code or data PyInstaller's import analysis cannot see (lazy imports, native libraries, data)
+COLLECT_ALL = ("numba", "llvmlite", "wgpu", "espeakng_loader", "soundfile", "llguidance", "tokenizers", "pip")
+COLLECT_SUBMODULES = ("blazr", "quart", "hypercorn")  # blazr's routes and commands load by name
+
+
+def archive_name() -> str:
+    system = {"Linux": "linux", "Darwin": "macos", "Windows": "windows"}[platform.system()]
+    machine = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}[
+        platform.machine().lower()
+    ]
+    return f"blazr-{system}-{machine}" + (".zip" if system == "windows" else ".tar.gz")
+
+
+def build_binary(work: Path) -> Path:
+    cmd = [sys.executable, "-m", "PyInstaller", "--noconfirm", "--onefile", "--name", "blazr"]
+    cmd += ["--paths", str(REPO), "--collect-data", "blazr", "--copy-metadata", "blazr"]
+    cmd += ["--add-data", f"{REPO / 'shaders'}{os.pathsep}blazr/shaders"]  # blazr/shaders links to it
+    cmd += [arg for name in COLLECT_ALL for arg in ("--collect-all", name)]
+    cmd += [arg for name in COLLECT_SUBMODULES for arg in ("--collect-submodules", name)]
+    cmd += ["--distpath", str(work / "dist"), "--workpath", str(work / "build"), "--specpath", str(work)]
+    subprocess.run([*cmd, str(REPO / "packaging" / "entry.py")], check=True)
+    return work / "dist" / ("blazr.exe" if platform.system() == "Windows" else "blazr")
+
+
+def third_party_licenses() -> str:
+    """Each installed distribution: name, version, licence metadata and the text of its licence files."""
+    parts = []
+    for dist in sorted(importlib.metadata.distributions(), key=lambda d: (d.metadata["Name"] or "").lower()):
+        meta = dist.metadata
+        name = meta["Name"]
+        if not name or name.lower() == "blazr":
+            continue
+        licence = meta.get("License-Expression") or meta.get("License") or ""
+        classifiers = [
+            c.split(" :: ", 1)[1] for c in meta.get_all("Classifier") or [] if c.startswith("License ::")
+        ]
+        lines = [
+            f"== {name} {meta['Version']}",
+            f"License: {licence.splitlines()[0] if licence else ''}".rstrip(),
+        ]
+        lines += [f"Classifier: {c}" for c in classifiers]
+        for file in dist.files or []:
+            if Path(str(file)).name.upper().startswith(("LICENSE", "LICENCE", "COPYING", "NOTICE")):
+                path = Path(file.locate())
+                text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+                lines += [f"--- {file}", text.strip()]
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts) + "\n"
+
+
+def main() -> None:
+    DIST.mkdir(exist_ok=True)
+    name = archive_name()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        binary = build_binary(work)
+        stage = work / "blazr"
+        stage.mkdir()
+        shutil.copy2(binary, stage / binary.name)
+        shutil.copy2(REPO / "LICENSE", stage / "LICENSE")
+        (stage / "THIRD-PARTY-LICENSES.txt").write_text(third_party_licenses(), encoding="utf-8")
+        target = DIST / name
+        if name.endswith(".zip"):
+            with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as z:
+                for path in sorted(stage.iterdir()):
+                    z.write(path, f"blazr/{path.name}")
+        else:
+            with tarfile.open(target, "w:gz") as t:
+                t.add(stage, arcname="blazr")
+    digest = hashlib.sha256(target.read_bytes()).hexdigest()
+    (DIST / "SHA256SUMS").write_text(f"{digest}  {name}\n", encoding="utf-8")
+    print(f"{target} ({target.stat().st_size / 2**20:.0f} MiB), sha256 {digest}")
+
+
+if __name__ == "__main__":
+    main()
