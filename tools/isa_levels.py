@@ -10,7 +10,9 @@ level, as it would on that CPU. Levels, from the most capable:
     avx2            AVX2 + FMA, no AVX-512 and no AVX-VNNI (Haswell .. Zen 3, most laptops)
     generic         no SIMD beyond SSE2: no int8 GEMM, so float32 activations by default (e.g. ARM's code path)
 
-A level that needs features this CPU lacks is skipped, and says so (an AVX-512 level on an AVX2-only machine).
+A level that needs features this CPU lacks is skipped, and says so (an AVX-512 level on an AVX2-only machine),
+as is a level that would turn off nothing this CPU has (avx2 on an AVX2-only machine: the host level already
+ran exactly that code).
 
     python tools/isa_levels.py list
     python tools/isa_levels.py run [--levels avx2,generic] -- python -m pytest -q tests/test_quant_int8.py
@@ -58,6 +60,8 @@ def level_env(level: str) -> dict[str, str] | None:
         return {}
     if level == "generic":
         return {"NUMBA_CPU_NAME": "generic", "NUMBA_CPU_FEATURES": ""}
+    if not _turned_off(level):
+        return None  # the host's own level
     # the host's CPU name keeps its tuning; an explicit full feature list turns the level's extensions off
     features = ",".join(
         f"{'+' if enabled and not _dropped(level, name) else '-'}{name}" for name, enabled in host.items()
@@ -65,12 +69,20 @@ def level_env(level: str) -> dict[str, str] | None:
     return {"NUMBA_CPU_FEATURES": features}
 
 
+def _turned_off(level: str) -> list[str]:
+    """The host features `level` turns off (none: the level is the host's own)."""
+    return sorted(name for name, enabled in host_features().items() if enabled and _dropped(level, name))
+
+
 def describe(level: str, env: dict[str, str] | None) -> str:
     if env is None:
+        missing = NEEDS[level] - {name for name, enabled in host_features().items() if enabled}
+        if not missing:
+            return f"{level}: skipped, it is this CPU's own level (the host run covers it)"
         return f"{level}: skipped, this CPU lacks {sorted(NEEDS[level])}"
     if not env:
         return f"{level}: numba's own choice for this CPU"
-    off = sorted(name for name, enabled in host_features().items() if enabled and _dropped(level, name))
+    off = _turned_off(level)
     return f"{level}: NUMBA_CPU_NAME={env.get('NUMBA_CPU_NAME', 'host')}" + (
         f", off: {' '.join(off)}" if off else ""
     )
