@@ -6,9 +6,11 @@ normalised Modelfile); the model directory then knows NAME like any other model.
 gets when it sends none, each PARAMETER a default the request's own fields override.
 
 Read: FROM (a model name in the model directory or the catalog), SYSTEM, PARAMETER (Ollama's names below),
-ADAPTER (one LoRA adapter: a PEFT directory or a GGUF adapter, applied to every request as lora_adapter
-"modelfile"; stored as an absolute path), LICENSE (kept), comments (#). Refused by name: TEMPLATE (Ollama's Go
-templates; blazr renders the model's own Jinja chat template), MESSAGE, and any other instruction.
+TEMPLATE (an Ollama Go template, blazr/tokenizer/ollama_template.py: it replaces the base model's chat
+template on every route), MESSAGE (system/user/assistant turns that open every conversation, as Ollama puts
+them before the request's), ADAPTER (one LoRA adapter: a PEFT directory or a GGUF adapter, applied to every
+request as lora_adapter "modelfile"; stored as an absolute path), LICENSE (kept), comments (#). Any other
+instruction is refused by name.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from blazr.errors import ConfigError
+from blazr.errors import ConfigError, TemplateError
 
 SUFFIX = ".modelfile"
 ADAPTER_NAME = "modelfile"  # the name a derived model's ADAPTER is loaded under on its engine
@@ -41,10 +43,7 @@ PARAMETERS = {
     "mirostat_eta": "mirostat_eta",
 }
 INTEGERS = {"num_predict", "top_k", "seed", "repeat_last_n", "mirostat", "num_ctx"}
-REFUSED = {
-    "TEMPLATE": "Ollama's Go templates are not read; blazr renders the base model's own chat template",
-    "MESSAGE": "example messages are not supported yet",
-}
+MESSAGE_ROLES = ("system", "user", "assistant")
 
 
 @dataclass
@@ -54,6 +53,14 @@ class Modelfile:
     parameters: dict[str, Any] = field(default_factory=dict)  # Ollama name -> value (stop: a list)
     license: str | None = None
     adapter: str | None = None  # ADAPTER: a LoRA adapter's path
+    template: str | None = None  # TEMPLATE: an Ollama Go template's source
+    messages: list[dict[str, str]] = field(default_factory=list)  # MESSAGE lines: {"role", "content"}
+
+    def __post_init__(self) -> None:
+        if self.template is not None:
+            check_template(self.template)
+        for message in self.messages:
+            check_message(message.get("role"), message.get("content"))
 
     @property
     def num_ctx(self) -> int | None:
@@ -70,8 +77,12 @@ class Modelfile:
         for name, value in self.parameters.items():
             for item in value if isinstance(value, list) else [value]:
                 lines.append(f"PARAMETER {name} {_quote(item) if isinstance(item, str) else item}")
+        if self.template is not None:
+            lines.append(f'TEMPLATE """{self.template}"""')
         if self.system is not None:
             lines.append(f'SYSTEM """{self.system}"""')
+        for message in self.messages:
+            lines.append(f'MESSAGE {message["role"]} """{message["content"]}"""')
         if self.license is not None:
             lines.append(f'LICENSE """{self.license}"""')
         return "\n".join(lines) + "\n"
@@ -86,7 +97,8 @@ _INSTRUCTION = re.compile(r"^\s*([A-Za-z]+)\s*(.*)$", re.S)
 
 def parse(text: str) -> Modelfile:
     """A Modelfile's text -> Modelfile; ConfigError naming the line for anything it cannot take."""
-    base, system, license_text, adapter, parameters = None, None, None, None, {}
+    base, system, license_text, adapter, template, parameters = None, None, None, None, None, {}
+    messages: list[dict[str, str]] = []
     lines = text.splitlines()
     i = 0
     while i < len(lines):
@@ -97,7 +109,11 @@ def parse(text: str) -> Modelfile:
         match = _INSTRUCTION.match(line)
         if match is None:
             raise ConfigError(f"Modelfile line {number}: {line.strip()!r} is not an instruction")
-        word, rest = match.group(1).upper(), match.group(2).strip()
+        word, rest = match.group(1).upper(), match.group(2).lstrip()
+        role = None
+        if word == "MESSAGE":
+            role, _, rest = rest.partition(" ")
+            role, rest = role.strip().lower(), rest.lstrip()
         if rest.startswith('"""'):  # a triple-quoted value may span lines
             body = rest[3:]
             while '"""' not in body and i < len(lines):
@@ -105,35 +121,71 @@ def parse(text: str) -> Modelfile:
                 i += 1
             if '"""' not in body:
                 raise ConfigError(f'Modelfile line {number}: {word}\'s """ is never closed')
-            rest = body[: body.index('"""')]
+            value = rest = body[: body.index('"""')]  # as written, spaces and newlines included
+        else:
+            rest = rest.rstrip()
+            value = _unquote(rest)
         if word == "FROM":
             base = rest
         elif word == "SYSTEM":
-            system = _unquote(rest)
+            system = value
         elif word == "LICENSE":
-            license_text = _unquote(rest)
+            license_text = value
         elif word == "ADAPTER":
             if adapter is not None:
                 raise ConfigError(f"Modelfile line {number}: a second ADAPTER; a derived model takes one")
-            adapter = _unquote(rest)
+            adapter = value
             if not adapter:
                 raise ConfigError(f"Modelfile line {number}: ADAPTER has no path")
+        elif word == "TEMPLATE":
+            template = value
+            try:
+                check_template(template)
+            except ConfigError as error:
+                raise ConfigError(f"Modelfile line {number}: TEMPLATE: {error}") from None
+        elif word == "MESSAGE":
+            try:
+                messages.append(check_message(role, value))
+            except ConfigError as error:
+                raise ConfigError(f"Modelfile line {number}: {error}") from None
         elif word == "PARAMETER":
             name, value = _parameter(rest, number)
             if name == "stop":
                 parameters.setdefault("stop", []).append(value)
             else:
                 parameters[name] = value
-        elif word in REFUSED:
-            raise ConfigError(f"Modelfile line {number}: {word}: {REFUSED[word]}")
         else:
             raise ConfigError(f"Modelfile line {number}: unknown instruction {word!r}")
     if not base:
         raise ConfigError("Modelfile: FROM is missing (the model this one is made from)")
-    return Modelfile(base, system, parameters, license_text, adapter)
+    return Modelfile(base, system, parameters, license_text, adapter, template, messages)
+
+
+def check_template(source: Any) -> str:
+    """An Ollama template's source, parsed to find its errors now; ConfigError naming what is wrong."""
+    from blazr.tokenizer.ollama_template import cached_template  # the Go template engine loads on demand
+
+    if not isinstance(source, str):
+        raise ConfigError("the template must be a string")
+    if '"""' in source:
+        raise ConfigError('a template cannot hold """ (the Modelfile could not quote it)')
+    try:
+        cached_template(source)
+    except TemplateError as error:
+        raise ConfigError(str(error)) from None
+    return source
+
+
+def check_message(role: Any, content: Any) -> dict[str, str]:
+    if role not in MESSAGE_ROLES:
+        raise ConfigError(f"MESSAGE role {role!r} is not one of {', '.join(MESSAGE_ROLES)}")
+    if not isinstance(content, str) or '"""' in content:
+        raise ConfigError(f'MESSAGE {role}: the text must be a string without """')
+    return {"role": role, "content": content}
 
 
 def _unquote(text: str) -> str:
+    """A one-line value's text: "quoted" with escapes, or as written."""
     if len(text) >= 2 and text[0] == text[-1] == '"':
         return text[1:-1].replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
     return text
@@ -191,8 +243,18 @@ def defaults_of(llm: Any) -> dict[str, Any]:
 
 
 def with_system(llm: Any, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The messages with the Modelfile's SYSTEM first, unless the conversation brings its own system message."""
+    """The messages after the Modelfile's MESSAGE turns, with its SYSTEM first unless the conversation brings
+    its own system message (Ollama's order: system, the Modelfile's messages, the request's)."""
     spec = getattr(llm, "modelfile", None)
-    if spec is None or spec.system is None or any(m.get("role") in ("system", "developer") for m in messages):
+    if spec is None:
         return messages
-    return [{"role": "system", "content": spec.system}, *messages]
+    out = [dict(m) for m in spec.messages] + messages
+    if spec.system is None or any(m.get("role") in ("system", "developer") for m in messages):
+        return out
+    return [{"role": "system", "content": spec.system}, *out]
+
+
+def template_of(llm: Any) -> str | None:
+    """A derived model's TEMPLATE source (None: the base model's own chat template applies)."""
+    spec = getattr(llm, "modelfile", None)
+    return spec.template if spec is not None else None

@@ -32,7 +32,10 @@ def test_parse_and_render_round_trip():
 @pytest.mark.parametrize(
     "text, phrase",
     [
-        ("FROM tiny\nTEMPLATE {{ .Prompt }}", "line 2: TEMPLATE"),
+        ("FROM tiny\nTEMPLATE {{ .Prompt }", "line 2: TEMPLATE: template line 1: unexpected '}' in action"),
+        ('FROM tiny\nTEMPLATE """{{ if .System }}\nno end"""', "line 2: TEMPLATE: .*has no {{end}}"),
+        ("FROM tiny\nTEMPLATE {{ upper .Prompt }}", 'function "upper" not defined'),
+        ("FROM tiny\nMESSAGE robot hello", "line 2: MESSAGE role 'robot'"),
         ("FROM tiny\nADAPTER a\nADAPTER b", "line 3: a second ADAPTER"),
         ("FROM tiny\nPARAMETER num_gpu 3", "'num_gpu'"),
         ("FROM tiny\nPARAMETER top_k high", "top_k must be an integer"),
@@ -44,6 +47,48 @@ def test_parse_and_render_round_trip():
 def test_what_is_not_taken_is_refused_by_line(text, phrase):
     with pytest.raises(ConfigError, match=phrase):
         modelfile.parse(text)
+
+
+def test_template_and_messages_round_trip():
+    """TEMPLATE and MESSAGE lines are kept as written (triple-quoted text with its newlines) and rendered
+    back so that reading the stored file gives the same model."""
+    text = (
+        'FROM tiny\nTEMPLATE """{{ if .System }}<|system|>{{ .System }}\n{{ end }}<|user|>{{ .Prompt }}\n'
+        '<|assistant|>{{ .Response }}"""\nMESSAGE user Is the sea salty?\nMESSAGE assistant """Aye,\n'
+        'salty."""\n'
+    )
+    spec = modelfile.parse(text)
+    assert (
+        spec.template
+        == "{{ if .System }}<|system|>{{ .System }}\n{{ end }}<|user|>{{ .Prompt }}\n<|assistant|>{{ .Response }}"
+    )
+    assert spec.messages == [
+        {"role": "user", "content": "Is the sea salty?"},
+        {"role": "assistant", "content": "Aye,\nsalty."},
+    ]
+    assert modelfile.parse(spec.render()) == spec
+
+
+def test_messages_and_system_open_every_conversation():
+    """Ollama's order: the SYSTEM (unless the request has a system message), the MESSAGEs, the request's."""
+
+    class Derived:
+        modelfile = modelfile.parse("FROM tiny\nSYSTEM Be a pirate.\nMESSAGE user Hi\nMESSAGE assistant Ahoy")
+
+    asked = [{"role": "user", "content": "Where?"}]
+    assert [m["content"] for m in modelfile.with_system(Derived, asked)] == [
+        "Be a pirate.",
+        "Hi",
+        "Ahoy",
+        "Where?",
+    ]
+    own = [{"role": "system", "content": "Be brief."}, *asked]
+    assert [m["content"] for m in modelfile.with_system(Derived, own)] == [
+        "Hi",
+        "Ahoy",
+        "Be brief.",
+        "Where?",
+    ]
 
 
 def test_adapter_line_round_trips_as_a_request_default():

@@ -9,10 +9,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from blazr import modelfile
+from blazr.errors import TemplateError
 from blazr.server.errors import ApiError
 from blazr.server.reasoning import model_thinks, normalize_input_reasoning, prompt_opens_thinking
 from blazr.server.reply_parser import ReplyOptions
-from blazr.tokenizer.chat_template import resolve_template
+from blazr.tokenizer.chat_template import builtin_template_name, resolve_template
+from blazr.tokenizer.ollama_template import cached_template
 
 ROLES = {"system", "user", "assistant", "tool", "developer", "function"}
 TEXT_PART_TYPES = {"text", "input_text", "output_text"}
@@ -175,19 +177,55 @@ def _uses_tools(messages: list[dict[str, Any]]) -> bool:
 
 
 def build_chat_prompt(
-    llm: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    llm: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    *,
+    template: str | None = None,
+    think: bool | str | None = None,
 ) -> ChatPrompt:
     """Render the conversation with the model's template and tokenize it (BOS only if the template lacks it).
-    A derived model's SYSTEM (blazr/modelfile.py) opens a conversation that has no system message."""
+    A derived model's SYSTEM and MESSAGEs (blazr/modelfile.py) open the conversation; its TEMPLATE replaces the
+    model's Jinja template. `template` is an Ollama request's: a built-in template's name (the original
+    blazr's use of the field) or an Ollama Go template, over the model's and the derived model's. `think` is
+    Ollama's request field, which only Go templates read (.Think, .ThinkLevel, .IsThinkSet)."""
     messages = modelfile.with_system(llm, messages)
     tokenizer = llm.tokenizer
-    source = resolve_template(llm.chat_template, tokenizer)
-    if tools and llm.chat_template is None and "tool_use" in tokenizer.chat_templates:
+    builtin = builtin_template_name(template) if template else None
+    go_source = None if builtin else (template or modelfile.template_of(llm))
+    if go_source is not None:
+        return _go_template_prompt(tokenizer, go_source, messages, tools, think)
+    source = resolve_template(builtin or llm.chat_template, tokenizer)
+    if tools and builtin is None and llm.chat_template is None and "tool_use" in tokenizer.chat_templates:
         source = tokenizer.chat_templates["tool_use"]
     offered = bool(tools)
     if (tools or _uses_tools(messages)) and "tool" not in source:
         messages, tools = _hermes_history(messages, tools), None
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tools=tools, template=source)
+    return _tokenized(tokenizer, text, source, offered)
+
+
+def _tokenized(tokenizer: Any, text: str, source: str, offered: bool) -> ChatPrompt:
     thinks = model_thinks(tokenizer, source)
     options = ReplyOptions(thinks, thinks and prompt_opens_thinking(text), parse_tools=offered)
     return ChatPrompt(text, tokenizer.encode(text, add_special_tokens=True), options)
+
+
+def _go_template_prompt(
+    tokenizer: Any,
+    source: str,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    think: bool | str | None,
+) -> ChatPrompt:
+    """An Ollama Go template's prompt; a template that never mentions tools gets blazr's Hermes-style tool
+    prompt in the system message instead, as a Jinja template without tools does."""
+    offered = bool(tools)
+    try:
+        template = cached_template(source)
+        if (tools or _uses_tools(messages)) and "tool" not in source.lower():
+            messages, tools = _hermes_history(messages, tools), None
+        text = template.render(messages, tools, think)
+    except TemplateError as error:
+        raise ApiError(400, f"the model's template failed: {error}", param="template") from None
+    return _tokenized(tokenizer, text, source, offered)

@@ -303,7 +303,7 @@ def parameters_text(defaults: dict) -> str:
 
 
 def show_body(entry: Any, config: dict, template: str, capabilities: list[str], defaults: dict) -> dict:
-    """The /api/show body. `template` is the model's Jinja chat template (blazr does not use Go templates)."""
+    """The /api/show body. `template` is the model's Jinja chat template, or a derived model's Go TEMPLATE."""
     return {
         "modelfile": f"# blazr model {entry.name}\nFROM {entry.name}\n",
         "parameters": parameters_text(defaults),

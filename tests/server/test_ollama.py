@@ -213,7 +213,7 @@ async def test_load_and_unload_idiom(make_app, tiny_model_dir):
         ("/api/chat", {"messages": HI, "format": "yaml"}, 400),
         ("/api/chat", {"messages": HI, "options": {"temperature": "hot"}}, 400),
         ("/api/chat", {"model": "nope", "messages": HI}, 404),
-        ("/api/generate", {"prompt": "x", "template": "{{ .Prompt }}"}, 400),
+        ("/api/generate", {"prompt": "x", "template": "{{ .Prompt"}, 400),
         ("/api/generate", {"prompt": "x", "suffix": "y"}, 400),  # no FIM tokens in the tiny vocab
         ("/api/generate", {"prompt": "x", "context": [1, -4]}, 400),
         ("/api/show", {}, 400),

@@ -167,10 +167,11 @@ async def test_create_with_an_adapter_serves_base_plus_adapter(tiny_app, tiny_mo
 @pytest.mark.parametrize(
     "body, phrase",
     [
-        ({"model": "x", "from": "tiny", "template": "{{ .Prompt }}"}, "template"),
+        ({"model": "x", "from": "tiny", "template": "{{ .Prompt "}, "'template': template line 1: unclosed"),
+        ({"model": "x", "from": "tiny", "messages": [{"role": "robot", "content": "hi"}]}, "messages[0]"),
         ({"model": "x", "from": "tiny", "adapters": {"a": "sha256:1"}}, "adapters"),
         ({"model": "x", "from": "nowhere"}, "nowhere"),
-        ({"model": "x", "modelfile": "FROM tiny\nTEMPLATE x"}, "TEMPLATE"),
+        ({"model": "x", "modelfile": "FROM tiny\nTEMPLATE {{ end }}"}, "line 2: TEMPLATE"),
         ({"model": "x", "from": "tiny", "parameters": {"num_gpu": 1}}, "num_gpu"),
         ({"model": "x", "from": "tiny", "parameters": {"top_k": 1.5}}, "top_k"),
     ],
@@ -202,6 +203,11 @@ def test_the_ollama_client_manages_models(live_server, tiny_model_dir, smollm2_g
             model="pirate", from_="tiny", system="Talk like a pirate.", parameters={"num_predict": 3}
         )
         assert created.status == "success"
+        template = "{{ range .Messages }}<{{ .Role }}>{{ .Content }}{{ end }}<assistant>"
+        shaped = client.create(
+            model="shaped", from_="tiny", template=template, messages=[{"role": "user", "content": "hi"}]
+        )
+        assert shaped.status == "success" and client.show("shaped").template == template
         names = [m.model for m in client.list().models]  # a copied file keeps its suffix: tiny-copy.gguf
         assert any(n.startswith("tiny-copy") for n in names) and "pirate" in names
         reply = client.chat(model="pirate", messages=[{"role": "user", "content": "hi"}])

@@ -16,6 +16,7 @@ from typing import Any
 from quart import Blueprint, Response, jsonify, request
 
 from blazr import __version__, modelfile
+from blazr.errors import ConfigError, TemplateError
 from blazr.loaders import load_checkpoint
 from blazr.model_dir import (
     ModelEntry,
@@ -39,7 +40,8 @@ from blazr.server.sse import ndjson_response
 from blazr.server.state import LoadedModel, current_state
 from blazr.server.structured_output import format_constraint
 from blazr.tokenizer import load_tokenizer
-from blazr.tokenizer.chat_template import resolve_template
+from blazr.tokenizer.chat_template import builtin_template_name, resolve_template
+from blazr.tokenizer.ollama_template import cached_template
 
 bp = Blueprint("ollama", __name__)
 log = logging.getLogger("blazr.server")
@@ -55,7 +57,11 @@ CHAT_REQUEST = {
         "stream": {"type": "boolean", "default": True},
         "options": _OBJ,
         "keep_alive": {"oneOf": [{"type": "string"}, {"type": "number"}]},
-        "think": {"type": "boolean"},
+        "think": {"oneOf": [{"type": "boolean"}, {"type": "string", "enum": ["high", "medium", "low"]}]},
+        "template": {
+            "type": "string",
+            "description": "a built-in template's name or an Ollama Go template, for this request",
+        },
     },
 }
 GENERATE_REQUEST = {
@@ -172,9 +178,12 @@ async def show():
     if not name:
         raise ApiError(400, "'model' is required: the model to show", param="model")
     entry, ckpt, tokenizer = await _show_source(name)
+    spec = modelfile.read(entry.path) if entry.path.suffix == modelfile.SUFFIX else None
     template = resolve_template(current_state().settings.inference.chat_template, tokenizer)
+    if spec is not None and spec.template is not None:
+        template = spec.template  # a derived model's TEMPLATE is the one its prompts use
     capabilities = ["completion"]
-    if "tools" in template:
+    if "tools" in template.lower():
         capabilities.append("tools")
     if model_thinks(tokenizer, template):
         capabilities.append("thinking")
@@ -182,16 +191,19 @@ async def show():
         find_fim_tokens(tokenizer, ckpt.gguf_metadata)
         capabilities.append("insert")
     except ApiError:
-        pass  # no FIM tokens: no /api/generate suffix
+        if spec is not None and spec.template is not None and cached_template(spec.template).uses_suffix:
+            capabilities.append("insert")  # the template renders fill-in-the-middle itself
     body = fmt.show_body(entry, ckpt.config, template, capabilities, ollama_defaults())
-    derived = entry.path.suffix == modelfile.SUFFIX
-    if derived:  # Ollama shows a derived model's own Modelfile, system and parameters
-        spec = modelfile.read(entry.path)
+    if spec is not None:  # Ollama shows a derived model's own Modelfile, system, parameters and messages
         body |= {
             "modelfile": spec.render(),
             "system": spec.system or "",
             "parameters": _parameter_lines(spec),
         }
+        if spec.messages:
+            body["messages"] = spec.messages
+        if spec.license is not None:
+            body["license"] = spec.license
     return jsonify(body)
 
 
@@ -268,7 +280,9 @@ async def chat():
     run = await _start(body)
     if not chat_messages:
         return await _load_only(run, fmt.chat_line(run.model.name))
-    prompt = build_chat_prompt(run.model.llm, chat_messages, tools)
+    prompt = build_chat_prompt(
+        run.model.llm, chat_messages, tools, template=request_template(body), think=_think(body)
+    )
     options = _reply_options(prompt.options, body)
     params = _params(body, run.model)
     if run.stream:
@@ -358,14 +372,9 @@ def _context_ids(body: dict, model: LoadedModel) -> list[int]:
 
 def _generate_prompt(body: dict, model: LoadedModel) -> tuple[list[int], ReplyOptions]:
     """Prompt ids for /api/generate: FIM when `suffix` is given, the text as is when `raw`, else the chat
-    template over an optional system message and the prompt as the user turn."""
-    if get_str(body, "template"):
-        raise ApiError(
-            400,
-            "'template' (an Ollama Go template) is not supported; send raw: true with a "
-            "rendered prompt, or use the model's own template",
-            param="template",
-        )
+    template over an optional system message and the prompt as the user turn. A request's `template` (an
+    Ollama Go template) replaces the model's for this request, as a derived model's TEMPLATE does; a Go
+    template that reads .Suffix renders fill-in-the-middle itself."""
     if body.get("images"):
         raise ApiError(400, "'images': this server has no vision model support", param="images")
     text, suffix, tokenizer = (
@@ -373,7 +382,17 @@ def _generate_prompt(body: dict, model: LoadedModel) -> tuple[list[int], ReplyOp
         get_str(body, "suffix"),
         model.llm.tokenizer,
     )
+    template = request_template(body)
+    go_source = template or modelfile.template_of(model.llm)
+    if go_source is not None and builtin_template_name(go_source):
+        go_source = None
     if suffix is not None:
+        if go_source is not None and cached_template(go_source).uses_suffix:
+            try:
+                infill = cached_template(go_source).render_infill(text, suffix)
+            except TemplateError as error:
+                raise ApiError(400, f"the model's template failed: {error}", param="template") from None
+            return tokenizer.encode(infill, add_special_tokens=True), ReplyOptions()
         fim = find_fim_tokens(tokenizer, model.llm.checkpoint.gguf_metadata)
         return infill_prompt_ids(tokenizer, fim, text, suffix, [], ""), ReplyOptions()
     if get_bool(body, "raw", default=False):
@@ -382,8 +401,35 @@ def _generate_prompt(body: dict, model: LoadedModel) -> tuple[list[int], ReplyOp
     messages = ([{"role": "system", "content": system}] if system else []) + [
         {"role": "user", "content": text}
     ]
-    prompt = build_chat_prompt(model.llm, messages, None)
+    prompt = build_chat_prompt(model.llm, messages, None, template=template, think=_think(body))
     return prompt.ids, _reply_options(prompt.options, body)
+
+
+def request_template(body: dict) -> str | None:
+    """A request's `template`: a built-in template's name (chatml, llama3, ...) or an Ollama Go template,
+    parsed now so that a bad one is a 400 naming Go's reason."""
+    template = get_str(body, "template")
+    if not template or builtin_template_name(template):
+        return template or None
+    try:
+        return modelfile.check_template(template)
+    except ConfigError as error:
+        raise ApiError(400, f"'template': {error}", param="template") from None
+
+
+THINK_LEVELS = ("high", "medium", "low")
+
+
+def _think(body: dict) -> bool | str | None:
+    """Ollama's `think`: true/false, or a level ("high", "medium", "low") for models that take one."""
+    think = body.get("think")
+    if think is None or isinstance(think, bool):
+        return think
+    if think not in THINK_LEVELS:
+        raise ApiError(
+            400, f"invalid think value: {think!r} (must be high, medium, low, true or false)", param="think"
+        )
+    return think
 
 
 @bp.post("/api/generate")

@@ -10,9 +10,10 @@ owner/name` does; a Hub that cannot be reached is a 502 naming the repo. Any oth
 catalog is a 404 in Ollama's shape; a model already in the directory succeeds at once. /api/delete removes a
 model's file or directory (unloading it first when loaded); /api/copy copies one under a new name, replacing
 what that name held, as Ollama does. /api/create writes a derived model (blazr/modelfile.py) from Ollama's
-fields ("from", "system", "parameters") or an older client's "modelfile" text; what blazr does not take
-("template", "adapters" blobs, "messages", a TEMPLATE line) is a 400 naming it; an ADAPTER line names a LoRA
-adapter inside the model directory. Names are looked up inside the model directory only (no paths).
+fields ("from", "system", "parameters", "template": an Ollama Go template, "messages") or an older client's
+"modelfile" text; what blazr does not take ("adapters" blobs, "files", "quantize") is a 400 naming it; an
+ADAPTER line names a LoRA adapter inside the model directory; a template that does not parse is a 400 with
+Go's reason. Names are looked up inside the model directory only (no paths).
 """
 
 from __future__ import annotations
@@ -203,10 +204,8 @@ async def copy() -> Response:
 
 
 UNSUPPORTED_CREATE = {
-    "template": "Ollama's Go templates are not read; blazr renders the base model's own chat template",
     "adapters": "uploaded adapter blobs are not supported; send a modelfile whose ADAPTER line names an adapter "
     "inside the model directory",
-    "messages": "example messages are not supported yet",
     "quantize": "quantizing on create is not supported; pull or convert a quantized file",
     "files": "creating from uploaded blobs is not supported; FROM a model in the model directory",
 }
@@ -220,12 +219,21 @@ UNSUPPORTED_CREATE = {
             "model": NAME,
             "from": NAME,
             "system": {"type": "string"},
+            "template": {"type": "string", "description": "an Ollama Go template for the prompt"},
+            "messages": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"role": {"type": "string"}, "content": {"type": "string"}},
+                },
+                "description": "turns that open every conversation",
+            },
             "parameters": {"type": "object"},
             "modelfile": {"type": "string", "description": "older clients: the Modelfile's text"},
             "stream": {"type": "boolean"},
         },
     },
-    summary="Create a derived model: a base with a system prompt and parameters (Ollama)",
+    summary="Create a derived model: a base with a system prompt, template, messages and parameters (Ollama)",
 )
 async def create() -> Response:
     body = await read_json()
@@ -261,7 +269,34 @@ def _create_spec(body: dict) -> modelfile.Modelfile:
             values[key] = modelfile.parameter_value(key, value)
         except ConfigError as error:
             raise ApiError(400, str(error), param="parameters") from None
-    return modelfile.Modelfile(base, get_str(body, "system"), values)
+    template = body.get("template")
+    if template is not None:
+        try:
+            modelfile.check_template(template)
+        except ConfigError as error:
+            raise ApiError(400, f"'template': {error}", param="template") from None
+    license_text = body.get("license")
+    if isinstance(license_text, list) and all(isinstance(item, str) for item in license_text):
+        license_text = "\n\n".join(license_text)
+    if license_text is not None and not isinstance(license_text, str):
+        raise ApiError(400, "'license' must be a string or an array of strings", param="license")
+    return modelfile.Modelfile(
+        base, get_str(body, "system"), values, license_text, template=template, messages=_messages(body)
+    )
+
+
+def _messages(body: dict) -> list[dict[str, str]]:
+    raw = body.get("messages") or []
+    if not isinstance(raw, list):
+        raise ApiError(400, "'messages' must be an array of {role, content} objects", param="messages")
+    out = []
+    for i, message in enumerate(raw):
+        item = message if isinstance(message, dict) else {}
+        try:
+            out.append(modelfile.check_message(item.get("role"), item.get("content")))
+        except ConfigError as error:
+            raise ApiError(400, f"messages[{i}]: {error}", param="messages") from None
+    return out
 
 
 async def _lines(items: list[dict]) -> AsyncIterator[dict]:
