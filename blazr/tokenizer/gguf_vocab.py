@@ -130,7 +130,11 @@ def _embeds(meta: dict[str, Any]) -> bool:
     last-token {arch}.pooling_type: Qwen3-Embedding's GGUF): llama.cpp then tokenizes every input with the
     special tokens its add_* flags name (Qwen3-Embedding's appended <|endoftext|>)."""
     arch = meta.get("general.architecture")
-    return arch in ENCODER_ARCHITECTURES or meta.get(f"{arch}.pooling_type") in (1, 2, 3)  # models.GGUF_EMBED_POOLING
+    return arch in ENCODER_ARCHITECTURES or meta.get(f"{arch}.pooling_type") in (
+        1,
+        2,
+        3,
+    )  # models.GGUF_EMBED_POOLING
 
 
 def gguf_add_bos_default(meta: dict[str, Any]) -> bool:

@@ -57,8 +57,12 @@ class OllamaTemplate:
         thinking = _think_values(think)
         system, merged = _collate(messages)
         if self.uses_messages:
-            data = {"System": system, "Messages": [_message(m) for m in merged], "Tools": _tools(tools),
-                    "Response": ""} | thinking  # fmt: skip
+            data = {
+                "System": system,
+                "Messages": [_message(m) for m in merged],
+                "Tools": _tools(tools),
+                "Response": "",
+            } | thinking
             return self.template.execute(data)
         out, turn = [], {"System": "", "Prompt": "", "Response": ""}
         for message in merged:
@@ -119,10 +123,20 @@ def _message(message: dict[str, Any]) -> GoStruct:
     calls = []
     for i, call in enumerate(message.get("tool_calls") or []):
         function = call.get("function", call)
-        fields = {"Index": function.get("index", i), "Name": function.get("name") or "",
-                  "Arguments": _arguments(function.get("arguments"))}  # fmt: skip
-        calls.append(GoStruct("template.templateToolCall", {"ID": call.get("id") or "",
-                     "Function": GoStruct("template.templateToolCallFunction", fields)}))  # fmt: skip
+        fields = {
+            "Index": function.get("index", i),
+            "Name": function.get("name") or "",
+            "Arguments": _arguments(function.get("arguments")),
+        }
+        calls.append(
+            GoStruct(
+                "template.templateToolCall",
+                {
+                    "ID": call.get("id") or "",
+                    "Function": GoStruct("template.templateToolCallFunction", fields),
+                },
+            )
+        )
     thinking = message.get("thinking") or message.get("reasoning_content") or ""
     fields = {
         "Role": message["role"],
@@ -141,9 +155,16 @@ _PROPERTY = (("type", "Type"), ("items", "Items"), ("description", "Description"
 
 def _property(schema: Any) -> GoStruct:
     schema = schema if isinstance(schema, dict) else {}
-    fields = {go: schema.get(key) for key, go in _PROPERTY}
-    if isinstance(fields["Type"], list) and len(fields["Type"]) == 1:
-        fields["Type"] = fields["Type"][0]  # Ollama's PropertyType prints and marshals one type as a string
+    kind = schema.get("type") or ""
+    if isinstance(kind, list) and len(kind) == 1:
+        kind = kind[0]  # Ollama's PropertyType prints and marshals one type as a string
+    enum = schema.get("enum")
+    fields = {  # Go's zero values for what the schema leaves out
+        "Type": kind if isinstance(kind, (str, list)) else "",
+        "Items": schema.get("items"),
+        "Description": schema.get("description") if isinstance(schema.get("description"), str) else "",
+        "Enum": GoSlice.of(enum if isinstance(enum, list) else None),
+    }
     return GoStruct("api.ToolProperty", fields, {go: (key, True) for key, go in _PROPERTY})
 
 
@@ -161,16 +182,16 @@ def _tools(tools: list[dict[str, Any]] | None) -> JsonList:
                 "Type": params.get("type") or "",
                 "Defs": params.get("$defs"),
                 "Items": params.get("items"),
-                "Required": params.get("required"),
+                "Required": GoSlice.of(params.get("required")),
                 "Properties": properties,
-            },  # fmt: skip
+            },
             {
                 "Type": ("type", False),
                 "Defs": ("$defs", True),
                 "Items": ("items", True),
                 "Required": ("required", True),
                 "Properties": ("properties", False),
-            },  # fmt: skip
+            },
         )
         function_struct = GoStruct(
             "template.templateToolFunction",
@@ -178,18 +199,20 @@ def _tools(tools: list[dict[str, Any]] | None) -> JsonList:
                 "Name": function.get("name") or "",
                 "Description": function.get("description") or "",
                 "Parameters": parameters,
-            },  # fmt: skip
+            },
             {
                 "Name": ("name", False),
                 "Description": ("description", False),
                 "Parameters": ("parameters", False),
             },
         )
-        out.append(GoStruct("template.templateTool",
-                            {"Type": tool.get("type") or "function", "Items": tool.get("items"),
-                             "Function": function_struct},
-                            {"Type": ("type", False), "Items": ("items", True),
-                             "Function": ("function", False)}))  # fmt: skip
+        fields = {
+            "Type": tool.get("type") or "function",
+            "Items": tool.get("items"),
+            "Function": function_struct,
+        }
+        tags = {"Type": ("type", False), "Items": ("items", True), "Function": ("function", False)}
+        out.append(GoStruct("template.templateTool", fields, tags))
     return JsonList.of(out)
 
 

@@ -16,8 +16,17 @@ from blazr.errors import TemplateError
 LEFT, RIGHT = "{{", "}}"
 SPACE = " \t\r\n"
 KEYWORDS = {
-    "if", "else", "end", "range", "with", "define", "template", "block", "break", "continue",
-}  # fmt: skip
+    "if",
+    "else",
+    "end",
+    "range",
+    "with",
+    "define",
+    "template",
+    "block",
+    "break",
+    "continue",
+}
 _NUMBER = re.compile(
     r"[+-]?(0[xX][0-9a-fA-F_]*(\.[0-9a-fA-F_]*)?([pP][+-]?[0-9_]+)?|0[bB][01_]+|0[oO][0-7_]+"
     r"|([0-9][0-9_]*)?\.?[0-9_]*([eE][+-]?[0-9_]+)?)i?"

@@ -22,8 +22,15 @@ class GoStruct:
 
     __slots__ = ("fields", "json", "pointer", "stringer", "type_name")
 
-    def __init__(self, type_name: str, fields: dict[str, Any], json: dict[str, tuple[str, bool]] | None = None,
-                 *, pointer: bool = False, stringer: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        type_name: str,
+        fields: dict[str, Any],
+        json: dict[str, tuple[str, bool]] | None = None,
+        *,
+        pointer: bool = False,
+        stringer: bool = False,
+    ):
         self.type_name, self.fields, self.pointer, self.stringer = type_name, fields, pointer, stringer
         self.json = json if json is not None else {name: (name, False) for name in fields}
 
@@ -152,8 +159,20 @@ def sprint(args: list[Any]) -> str:
 
 # ---- encoding/json's Marshal ----------------------------------------------------------------------------
 
-_JSON_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f",
-                 "<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}  # fmt: skip
+_JSON_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\b": "\\b",
+    "\f": "\\f",
+    "<": "\\u003c",
+    ">": "\\u003e",
+    "&": "\\u0026",
+    "\u2028": "\\u2028",
+    "\u2029": "\\u2029",
+}
 
 
 def _json_string(text: str) -> str:
