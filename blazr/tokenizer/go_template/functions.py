@@ -186,6 +186,8 @@ def _printf_one(flags: str, width: str | None, precision: str | None, verb: str,
     elif verb in "xX" and isinstance(arg, str):
         body = arg.encode().hex() if verb == "x" else arg.encode().hex().upper()
     elif verb in "eEfFgG" and isinstance(arg, float):
+        if prec is None and verb in "eEfF":
+            prec = 6  # Go's default precision for %e and %f (%g alone defaults to the shortest form)
         body = format_float(arg, verb.lower() if verb != "F" else "f", prec)
         body = body.upper() if verb in "EG" else body
     elif verb == "s" and isinstance(arg, (str, list, dict, GoStruct)) or verb == "s" and arg is None:

@@ -15,33 +15,15 @@ from blazr.errors import TemplateError
 
 LEFT, RIGHT = "{{", "}}"
 SPACE = " \t\r\n"
-KEYWORDS = {
-    "if",
-    "else",
-    "end",
-    "range",
-    "with",
-    "define",
-    "template",
-    "block",
-    "break",
-    "continue",
-}
+KEYWORDS = set("if else end range with define template block break continue".split())
 _NUMBER = re.compile(
     r"[+-]?(0[xX][0-9a-fA-F_]*(\.[0-9a-fA-F_]*)?([pP][+-]?[0-9_]+)?|0[bB][01_]+|0[oO][0-7_]+"
     r"|([0-9][0-9_]*)?\.?[0-9_]*([eE][+-]?[0-9_]+)?)i?"
 )
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # token kinds
-TEXT, OPEN, CLOSE, FIELD, VARIABLE, IDENT, KEYWORD = (
-    "text",
-    "{{",
-    "}}",
-    "field",
-    "variable",
-    "ident",
-    "keyword",
-)
+TEXT, OPEN, CLOSE, FIELD, VARIABLE = "text", "{{", "}}", "field", "variable"
+IDENT, KEYWORD = "ident", "keyword"
 STRING, RAW_STRING, CHAR, NUMBER, BOOL, NIL, DOT = "string", "raw", "char", "number", "bool", "nil", "dot"
 PIPE, LPAREN, RPAREN, DECLARE, ASSIGN, COMMA = "|", "(", ")", ":=", "=", ","
 
