@@ -143,8 +143,8 @@ def test_refusals_name_the_problem_and_leave_nothing(tmp_path, monkeypatch):
     with pytest.raises(UnsupportedError, match="model_type 'phi3'.*supported: llama, mistral, qwen2, qwen3"):
         convert(tmp_path / "phi3", tmp_path / "phi3.gguf", "gguf", "q8_0")
     write_safetensors("llama", tmp_path / "llama", "float32")
-    with pytest.raises(UnsupportedError, match="q4_k_m"):
-        convert(tmp_path / "llama", tmp_path / "x.gguf", "gguf", "q4_k_m")
+    with pytest.raises(UnsupportedError, match="'iq2_xs' is not one blazr writes"):
+        convert(tmp_path / "llama", tmp_path / "x.gguf", "gguf", "iq2_xs")
     with pytest.raises(ConfigError, match="already GGUF"):
         convert(GOLDEN / "gguf" / "llama_f32.gguf", tmp_path / "y.gguf", "gguf")
     (tmp_path / "taken").mkdir()

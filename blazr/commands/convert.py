@@ -22,8 +22,8 @@ def convert(
         typer.Option(
             "--quantize",
             "-q",
-            help="Output type: GGUF f32, f16 (default), bf16, q8_0, q4_0, q4_1, q5_0, q5_1; SafeTensors f32 "
-            "(default), f16, bf16",
+            help="Output type: GGUF f32, f16 (default), bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k_m, q4_k_s, "
+            "q5_k_m, q5_k_s, q6_k; SafeTensors f32 (default), f16, bf16",
         ),
     ] = None,
 ) -> None:

@@ -18,7 +18,8 @@ def convert(
     on_progress: Callable[[float, float | None], None] | None = None,
 ) -> Path:
     """Write `source` (a SafeTensors model directory or a GGUF file) as `fmt` at `output`; `quantize` is the
-    output type (GGUF: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1; SafeTensors: f32, f16, bf16)."""
+    output type (GGUF: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k_m, q4_k_s, q5_k_m, q5_k_s, q6_k;
+    SafeTensors: f32, f16, bf16)."""
     from blazr.convert.to_gguf import safetensors_to_gguf
     from blazr.convert.to_safetensors import gguf_to_safetensors
 

@@ -4,7 +4,10 @@ hparams), so llama.cpp loads the file and blazr loads it as it loads theirs.
 Families: the ones whose GGUF layout is the plain decoder's (Llama, Mistral, Qwen2, Qwen3); any other names
 itself and nothing is written. Quantization by the `gguf` package's quantizers (ports of ggml's reference
 quantizers: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, BF16); 1-D tensors stay F32 and a 2-D tensor whose rows do not fill
-whole blocks falls back to F16, as llama.cpp's converter does. Memory: one tensor at a time (the header is
+whole blocks falls back to F16, as llama.cpp's converter does. The K-quant mixtures (q4_k_m, q4_k_s, q5_k_m,
+q5_k_s, q6_k), which llama.cpp's converter leaves to llama-quantize, are written directly: each tensor's type
+as llama-quantize picks it (blazr/convert/quant_mixture.py), its blocks by blazr's ports of ggml's K-quant
+quantizers (blazr/convert/k_quants.py). Memory: one tensor at a time (the header is
 written first from every tensor's final size, then each tensor is read, converted, written and dropped). The
 file is written under a temporary name and renamed at the end.
 """
@@ -19,11 +22,12 @@ from typing import Any
 import numpy as np
 
 from blazr.convert.gguf_vocab_writer import write_tokenizer
+from blazr.convert.quant_mixture import K_OUTTYPES, MixturePlan, is_seventy_b, quantize_order
 from blazr.errors import UnsupportedError
 
 # model_type -> GGUF general.architecture (llama.cpp writes Mistral as "llama", without its sliding window)
 ARCHITECTURES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
-OUTTYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
+OUTTYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", *K_OUTTYPES)
 
 
 def safetensors_to_gguf(
@@ -58,7 +62,7 @@ def safetensors_to_gguf(
         writer = gguf.GGUFWriter(partial, arch)
         _write_hparams(writer, arch, config, outtype, src.name)
         write_tokenizer(writer, Path(src), config)
-        qtypes = {n: _qtype(shape, outtype) for n, (_, shape, _) in tensors.items()}
+        qtypes = _tensor_types(tensors, outtype, arch, config)
         for name, (_, shape, _) in tensors.items():
             qtype = qtypes[name]
             dtype = {gguf.GGMLQuantizationType.F32: np.float32, gguf.GGMLQuantizationType.F16: np.float16}
@@ -127,6 +131,25 @@ def _permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def _tensor_types(
+    tensors: dict[str, tuple], outtype: str, arch: str, config: dict[str, Any]
+) -> dict[str, Any]:
+    """GGUF name -> ggml type: one type for every 2-D tensor, or a K-quant mixture's per-tensor choice."""
+    from gguf import GGMLQuantizationType
+
+    if outtype not in K_OUTTYPES:
+        return {name: _qtype(shape, outtype) for name, (_, shape, _) in tensors.items()}
+    plan = MixturePlan(outtype, list(tensors), config["num_hidden_layers"], is_seventy_b(arch, config))
+    out = {}
+    for name in sorted(tensors, key=quantize_order):  # the order llama-quantize counts layers in
+        shape = tensors[name][1]
+        quantized = len(shape) >= 2 and name.endswith("weight") and "_norm.weight" not in name
+        out[name] = (
+            GGMLQuantizationType[plan.type_for(name, shape[-1])] if quantized else GGMLQuantizationType.F32
+        )
+    return {name: out[name] for name in tensors}
+
+
 def _qtype(shape: tuple[int, ...], outtype: str):
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
@@ -147,8 +170,12 @@ def _nbytes(shape: tuple[int, ...], qtype) -> int:
 def _encode(data: np.ndarray, qtype) -> np.ndarray:
     from gguf import GGMLQuantizationType, quants
 
+    from blazr.convert.k_quants import BLOCK_BYTES, quantize_k
+
     if qtype == GGMLQuantizationType.F32:
         return data.astype(np.float32)
+    if qtype.name in BLOCK_BYTES:
+        return quantize_k(data, qtype.name)
     return quants.quantize(data, qtype)
 
 
