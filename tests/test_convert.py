@@ -178,3 +178,22 @@ def test_cli_convert(tmp_path):
         app, ["convert", str(tmp_path / "src"), "-o", str(tmp_path / "b.gguf"), "--format", "onnx"]
     )
     assert bad.exit_code == 2 and "--format 'onnx'" in bad.stderr
+
+
+@pytest.mark.parametrize("method", ["awq", "gptq"])
+def test_awq_and_gptq_convert_to_gguf_as_their_dequantized_weights(method, tmp_path):
+    """An AWQ or GPTQ int4 checkpoint converts to GGUF through blazr's exact dequantization: the GGUF, read
+    back to SafeTensors, holds the float weights the int4 layers stand for (act-order GPTQ included)."""
+    from safetensors.numpy import load_file
+
+    from tests.int4_checkpoints import random_weights, wide_config, write_int4_checkpoint
+
+    cfg = wide_config("llama")
+    reference = write_int4_checkpoint(
+        tmp_path / "int4", cfg, random_weights(cfg, 1), method, 64, act_order=method == "gptq"
+    )
+    gguf_path = convert(tmp_path / "int4", tmp_path / "int4.gguf", "gguf", "f32")
+    back = load_file(str(convert(gguf_path, tmp_path / "back", "safetensors", "f32") / "model.safetensors"))
+    assert sorted(back) == sorted(reference)
+    for name, weight in reference.items():
+        np.testing.assert_array_equal(back[name], weight, err_msg=name)
