@@ -59,7 +59,15 @@ class StreamTiming:
 
 @contextmanager
 def running(cmd: list[str], url: str, ready_path: str, env: dict, timeout: float = 180.0):
-    """Start a server process, wait until `ready_path` answers 200, stop it (SIGTERM, then kill) at exit."""
+    """Start a server process, wait until `ready_path` answers 200, yield `url`; stopped at exit."""
+    with serving(cmd, url, ready_path, env, timeout):
+        yield url
+
+
+@contextmanager
+def serving(cmd: list[str], url: str, ready_path: str, env: dict, timeout: float = 180.0):
+    """Start a server process, wait until `ready_path` answers 200, yield the process (its pid for /proc), stop
+    it (SIGTERM, then kill) at exit."""
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + timeout
@@ -74,7 +82,7 @@ def running(cmd: list[str], url: str, ready_path: str, env: dict, timeout: float
             if time.monotonic() > deadline:
                 raise TimeoutError(f"server {cmd} not ready within {timeout} s")
             time.sleep(0.5)
-        yield url
+        yield proc
     finally:
         proc.terminate()
         try:

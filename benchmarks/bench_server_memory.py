@@ -17,16 +17,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_server import BANNED, MODEL, PROMPTS, REPO, thread_env  # noqa: E402
+from bench_server import BANNED, MODEL, PROMPTS, serving, thread_env  # noqa: E402
 
 
 def _status(pid: int, field: str) -> int:
@@ -35,32 +33,6 @@ def _status(pid: int, field: str) -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1]) * 1024
     return 0
-
-
-@contextmanager
-def serving(cmd: list[str], url: str, ready: str, env: dict, timeout: float = 300.0):
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{cmd[0]} exited early:\n{proc.stderr.read().decode()[-3000:]}")
-            try:
-                if httpx.get(url + ready, timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{cmd[0]} not ready within {timeout} s")
-            time.sleep(0.5)
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 async def one_chat(client: httpx.AsyncClient, url: str, model: str, prompt: str, tokens: int) -> int:
@@ -125,7 +97,7 @@ def main() -> None:
     blazr_cmd = [sys.executable, "-m", "blazr", "serve", "-m", str(args.model), "--port", str(args.port)]
     blazr_cmd += ["--num-ctx", str(args.ctx), "--max-concurrent-requests", str(args.clients)]
     url = f"http://127.0.0.1:{args.port}"
-    with serving(blazr_cmd, url, "/health", env) as proc:
+    with serving(blazr_cmd, url, "/health", env, timeout=300) as proc:
         idle = _status(proc.pid, "VmRSS") / 2**20
         report["blazr"] = {"idle_rss_mib": idle} | asyncio.run(
             load(url, "", proc.pid, args.clients, args.tokens)
@@ -142,7 +114,7 @@ def main() -> None:
     ]
     llama_cmd += ["--host", "127.0.0.1"]
     url = f"http://127.0.0.1:{args.port + 1}"
-    with serving(llama_cmd, url, "/health", env) as proc:
+    with serving(llama_cmd, url, "/health", env, timeout=300) as proc:
         idle = _status(proc.pid, "VmRSS") / 2**20
         report["llama.cpp"] = {"idle_rss_mib": idle} | asyncio.run(
             load(url, "", proc.pid, args.clients, args.tokens)

@@ -118,12 +118,12 @@ class _State:
             if node.orelse is not None:
                 self.walk(dot, node.orelse)
             return
-        declared = node.pipe.declare
+        declared = node.pipe.declare  # the pipeline pushed (or found) them: set the innermost of each name
         for index, element in items:
             if declared:
-                (self.assign if node.pipe.assign else self._set_top)(declared[-1], element)
+                self.assign(declared[-1], element)
                 if len(declared) > 1:
-                    (self.assign if node.pipe.assign else self._set_top)(declared[0], index)
+                    self.assign(declared[0], index)
             mark = len(self.vars)
             try:
                 self.walk(element, node.body)
@@ -133,9 +133,6 @@ class _State:
                 continue
             finally:
                 del self.vars[mark:]
-
-    def _set_top(self, name: str, value: Any) -> None:
-        self.assign(name, value)  # the range's own declaration is the innermost of that name
 
     def call_template(self, dot: Any, node: n.TemplateCall) -> None:
         body = self.template.templates.get(node.name)
