@@ -11,6 +11,8 @@
 //                per 4 tokens. entry matvec_glu (T < 4, the gate/up rows of one weight): an invocation dots
 //                rows n and n + F, writes both to out and act(gate) * up to glu (T, F); KIND as in glu.wgsl.
 //                entry embed: grid (ceil(K / BLOCK_ELEMS * UNITS / WG), T); rows row_lo..row_hi-1.
+// entry matvec_experts: grid (ceil(N / WG), P): pair p (token p / per_token) dots row n of expert ids[p] with
+//                its token; w holds experts row_lo..row_hi-1, N rows each (pairs routed elsewhere return).
 alias T = f32;
 override WG: u32 = 64;
 override KIND: u32 = 0;
@@ -28,6 +30,7 @@ struct Params {
     row_lo: u32,
     row_hi: u32,
     glu_off: u32,
+    per_token: u32,
 }
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;
@@ -130,6 +133,17 @@ fn matvec_glu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     out[row + n] = gate;
     out[row + n + f] = up;
     glu[params.glu_off + wid.y * f + n] = T(activation(f32(gate), KIND) * f32(up));
+}
+
+@compute @workgroup_size(WG)
+fn matvec_experts(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let n = wid.x * WG + lid;
+    let pair = wid.y;
+    let expert = u32(ids[params.ids_off + pair]);
+    if (n >= params.n || expert < params.row_lo || expert >= params.row_hi) { return; }
+    let xrow = (params.x_off + (pair / params.per_token) * params.x_stride) / 4u;
+    let row = (expert - params.row_lo) * params.n + n;
+    out[params.out_off + pair * params.out_stride + n] = T(row_dot(row, xrow));
 }
 
 @compute @workgroup_size(WG)

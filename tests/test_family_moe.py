@@ -1,11 +1,10 @@
 """Mixtral, Qwen2-MoE, OLMoE, Qwen3-MoE and Granite-MoE beyond tests/test_parity.py: the expert layouts a
 checkpoint may hold (transformers 5's fused 3-D tensors as well as per-expert ones), Mixtral's GGUF arriving as
-"llama", Granite-MoE's routing and the GGUF configs of the two last, and the errors: an expert count or top-k the tensors disagree with names the config key and the tensor, and a
-quantized expert tensor is refused by name rather than widened."""
+"llama", Granite-MoE's routing and the GGUF configs of the two last, and the errors: an expert count or top-k
+the tensors disagree with names the config key and the tensor. Quantized experts: tests/test_moe_packed.py."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -111,25 +110,6 @@ def test_top_k_above_the_expert_count_names_both_keys(name, tmp_path):
 
     checkpoint = _checkpoint(name, tmp_path, num_experts_per_tok=5)
     with pytest.raises(ConfigError, match=rf"num_experts_per_tok 5 .*{COUNT_KEY[name]} \(4\)"):
-        build_model(checkpoint, _cpu())
-
-
-@pytest.mark.parametrize("name", MOE)
-def test_quantized_expert_tensor_is_refused_by_name(name):
-    """3-D quantized experts are a later step: refused naming the tensor, never dequantized to float."""
-    from blazr.errors import UnsupportedError
-    from blazr.loaders import load_checkpoint
-    from blazr.models import build_model
-
-    checkpoint = load_checkpoint(GOLDEN / "gguf" / f"{name}_f32.gguf")
-    target = "model.layers.1.mlp.experts.down_proj.weight"
-
-    def never_read():
-        raise AssertionError("a quantized expert tensor was read")
-
-    fake = dataclasses.replace(checkpoint.tensors[target], dtype="Q4_K", _read=never_read)
-    checkpoint.tensors = checkpoint.tensors | {target: fake}
-    with pytest.raises(UnsupportedError, match=rf"{target}.*Q4_K"):
         build_model(checkpoint, _cpu())
 
 

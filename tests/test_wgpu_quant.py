@@ -121,7 +121,8 @@ def test_a_packed_weight_past_the_binding_limit_is_split_into_row_blocks(be, rng
 def test_f16_models_get_dense_weights(be):
     assert not be.supports("matmul", "f16", "Q4_0")
     assert not be.supports("matmul", "f16", "IQ2_XXS")
-    assert not be.supports("matmul_experts", "f32", "Q4_0")
+    assert not be.supports("matmul_experts", "f16", "Q4_0")
+    assert be.supports("matmul_experts", "f32", "Q4_0")  # experts stay packed in f32 models
 
 
 def test_packed_weights_count_at_their_block_size(be):

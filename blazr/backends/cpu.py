@@ -16,6 +16,7 @@ from blazr.backends.array_api import ArrayAPIBackend
 from blazr.backends.base import ACTIVATIONS, ROPE_STYLES, Array
 from blazr.errors import ConfigError
 from blazr.quant import DEQUANT_TYPES, INTERNAL_TYPES, QuantRowStack, QuantWeight
+from blazr.quant.experts import QuantExperts
 
 _NO_BIAS = np.zeros(0, dtype=np.float32)  # layer_norm's kernel without a bias
 
@@ -104,8 +105,24 @@ class Backend(ArrayAPIBackend):
         return _BLAS_CONTROL.limit(limits=1, user_api="blas")
 
     def supports(self, op: str, dtype: str | None = None, fmt: str | None = None) -> bool:
-        # only matmul and embed read weights, so only they take packed formats
-        return super().supports(op, dtype, fmt if op in ("matmul", "embed") else fmt and "unsupported")
+        # only the matmuls and embed read weights, so only they take packed formats
+        packed_ops = ("matmul", "embed", "matmul_experts")
+        return super().supports(op, dtype, fmt if op in packed_ops else fmt and "unsupported")
+
+    def matmul_experts(self, x: Array, w: Array, expert_ids: Array) -> Array:
+        if not isinstance(w, QuantExperts):
+            return super().matmul_experts(x, w, expert_ids)
+        t, k = expert_ids.shape
+        out = np.empty((t * k, w.shape[1]), dtype=np.float32)  # (T k, N): row t k + j is token t's slot j
+        if not out.size:
+            return out.reshape(t, k, w.shape[1])
+        flat = np.asarray(expert_ids).reshape(-1)  # (T k,)
+        order = np.argsort(flat, kind="stable")  # (T k,) pairs grouped by expert
+        starts = np.flatnonzero(np.diff(flat[order])) + 1
+        # one packed matmul per active expert over every token routed to it (decode: k matvecs)
+        for pairs in np.split(order, starts):
+            out[pairs] = self.matmul(x[pairs // k], w.expert(int(flat[pairs[0]])))  # (n_e, N)
+        return out.reshape(t, k, w.shape[1])
 
     def matmul(self, x: Array, w: Array) -> Array:
         if isinstance(w, QuantRowStack):

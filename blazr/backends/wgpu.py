@@ -24,6 +24,7 @@ from blazr.backends.wgpu_runtime import Runtime, grid_1d
 from blazr.backends.wgpu_speech import SpeechOps
 from blazr.errors import ConfigError, UnsupportedError
 from blazr.quant import QuantRowStack, QuantWeight
+from blazr.quant.experts import QuantExperts
 
 WG = 64  # workgroup size of every kernel (an override constant; llvmpipe runs 8-wide, GPUs 32/64-wide)
 MAX_HEAD_DIM = 256  # attention.wgsl keeps one query in workgroup memory
@@ -218,6 +219,8 @@ class Backend(SelectionSequenceOps, PackedOps, FusionOps, SpeechOps):
         return [(0, self._dense(w, op) if op != "embed" else self._rows(w))]
 
     def matmul_experts(self, x: Array, w: Array, expert_ids: Array) -> Array:
+        if isinstance(w, QuantExperts):
+            return self.matmul_experts_packed(x, w, expert_ids)
         w = self._dense(w, "matmul_experts")
         x, ids = self._rows(x, w.dtype), self.contiguous(expert_ids)
         t, per_token = ids.shape
@@ -434,7 +437,7 @@ class Backend(SelectionSequenceOps, PackedOps, FusionOps, SpeechOps):
         dtype_ok = dtype is None or dtype in self.act_dtypes
         # packed kernels take f32 activations; an f16 model gets its quantized weights dequantized at load
         packed_ok = fmt is None or (
-            op in ("matmul", "embed") and fmt in self.weight_formats and dtype != "f16"
+            op in ("matmul", "embed", "matmul_experts") and fmt in self.weight_formats and dtype != "f16"
         )
         return op in OPS and dtype_ok and packed_ok
 

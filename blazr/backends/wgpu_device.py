@@ -101,9 +101,10 @@ def device_weight_bytes(
     for tensor in tensors.values():
         shape = tuple(int(n) for n in tensor.shape)
         fmt = getattr(tensor, "dtype", None)
-        packed = getattr(tensor, "quantized", False) and len(shape) == 2 and fmt in packed_formats
+        # 2-D weights and 3-D experts (E, N, K) stay in their blocks
+        packed = getattr(tensor, "quantized", False) and len(shape) in (2, 3) and fmt in packed_formats
         if packed and dtype == "f32":
-            total += shape[0] * row_bytes(fmt, shape[1])
+            total += math.prod(shape[:-1]) * row_bytes(fmt, shape[-1])
         elif f16_storage and dtype == "f32" and len(shape) == 2 and _is_f16(fmt):
             total += math.prod(shape) * 2
         else:

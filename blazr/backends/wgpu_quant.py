@@ -17,6 +17,7 @@ import numpy as np
 from blazr.backends.wgpu_array import GpuBuffer, WgpuArray
 from blazr.errors import UnsupportedError
 from blazr.quant import QuantRowStack, QuantWeight, iq_grids
+from blazr.quant.experts import QuantExperts
 
 # format -> (values per block, decode units per block), as BLOCK_ELEMS and UNITS in its shader
 # shaders/matmul_<format>.wgsl; a kernel's embed entry runs one invocation per unit
@@ -82,6 +83,17 @@ class DevicePacked:
     @property
     def nbytes(self) -> int:
         return sum(p.words.buf.nbytes for p in self.parts)
+
+
+@dataclass
+class ExpertBuffers:
+    """One part (projection) of a QuantExperts on the device: `rows` rows per expert, and buffers each
+    holding whole experts: (first expert, end expert, u32 words)."""
+
+    format: str
+    rows: int
+    row_bytes: int
+    buffers: list[tuple[int, int, WgpuArray]]
 
 
 class PackedOps:
@@ -171,12 +183,68 @@ class PackedOps:
                 "x_stride": x.row_stride,
             }
             params |= {"out_stride": out.shape[1], "ids_off": 0, "row_lo": 0, "row_hi": 0, "glu_off": 0}
+            params["per_token"] = 1
             target = out[:, column + part.start : column + part.start + part.rows]
             arrays = {"w": part.words, "x4": x, "out": target} | self._codebook(dev.format)
             grid = (-(-part.rows // self.WG), -(-t // rows_per_group), 1)
             self._run(op, arrays, params, grid, entry, (("T", out.dtype),))
             if entry == "matvec" and len(dev.parts) == 1 and column == 0 and part.rows == out.shape[1]:
                 self.note_fusable("matvec", out=out, op=op, arrays=arrays, params=params, grid=grid)
+
+    def _device_experts(self, w: QuantExperts) -> list[ExpertBuffers]:
+        cache = self.__dict__.setdefault("_packed_cache", {})
+        found = cache.get(id(w))
+        if found is None:
+            found = cache[id(w)] = [self._upload_experts(w, i) for i in range(len(w.parts))]
+            weakref.finalize(w, cache.pop, id(w), None)
+        return found
+
+    def _upload_experts(self, w: QuantExperts, i: int) -> ExpertBuffers:
+        part, rows = w.parts[i], w.part_rows(i)
+        if part.format not in PACKED_FORMATS:
+            raise UnsupportedError(
+                f"device {self.name} does not support matmul_experts on {part.format} weights"
+            )
+        row_bytes = part.blocks.shape[1]
+        per_buffer = (self.rt.max_binding - 4) // (rows * row_bytes)  # whole experts per binding
+        if per_buffer < 1:
+            raise UnsupportedError(
+                f"device {self.name}: one expert's {part.format} weight ({rows * row_bytes} bytes) is larger "
+                f"than a storage binding ({self.rt.max_binding} bytes)"
+            )
+        buffers = []
+        for first in range(0, w.experts, per_buffer):
+            end = min(first + per_buffer, w.experts)
+            buffers.append((first, end, self._upload_words(part.blocks[first * rows : end * rows])))
+        return ExpertBuffers(part.format, rows, row_bytes, buffers)
+
+    def matmul_experts_packed(self, x: WgpuArray, w: QuantExperts, expert_ids: WgpuArray) -> WgpuArray:
+        """x (T, K), w packed (E, N, K), expert_ids (T, k) -> (T, k, N): one dispatch per part and buffer of
+        experts; every (token, slot) pair dots its expert's rows in registers (matvec_experts)."""
+        x = self._rows(x, "f32")
+        if x.offset % 4 or x.row_stride % 4:  # the kernels read x as vec4
+            x = self.contiguous(x, force=True)
+        ids = self.contiguous(expert_ids)
+        (t, k), (_, n, width) = ids.shape, w.shape
+        if x.shape[1] != width:
+            raise UnsupportedError(
+                f"matmul_experts: x has {x.shape[1]} features but the experts have {width}"
+            )
+        out = self.empty((t * k, n), "f32")  # (T k, N)
+        if out.size:
+            column = 0
+            for part in self._device_experts(w):
+                for first, end, words in part.buffers:
+                    params = {"tokens": t, "k": width, "n": part.rows, "row_bytes": part.row_bytes}
+                    params |= {"x_stride": x.row_stride, "out_stride": n, "row_lo": first, "row_hi": end}
+                    params |= {"glu_off": 0, "per_token": k}
+                    target = out[:, column : column + part.rows]
+                    arrays = {"w": words, "x4": x, "ids": ids, "out": target} | self._codebook(part.format)
+                    grid = (-(-part.rows // self.WG), t * k, 1)
+                    op = "matmul_" + part.format.lower()
+                    self._run(op, arrays, params, grid, "matvec_experts", (("T", "f32"),))
+                column += part.rows
+        return out.reshape(t, k, n)
 
     def embed_packed(self, table: QuantWeight, ids: WgpuArray) -> WgpuArray:
         if not isinstance(table, QuantWeight):
@@ -195,6 +263,7 @@ class PackedOps:
                     "row_lo": part.start,
                     "row_hi": part.start + part.rows,
                     "glu_off": 0,
+                    "per_token": 1,
                 }
                 arrays = {"w": part.words, "ids": ids, "out": out} | self._codebook(dev.format)
                 op = "matmul_" + dev.format.lower()

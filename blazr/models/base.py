@@ -116,7 +116,16 @@ class WeightUploader:
     def __call__(self, tensor) -> Array:
         if self.keeps_packed(tensor):
             return packed_weight(tensor)
+        if self.keeps_experts_packed(tensor):
+            return tensor.packed()  # a QuantExperts
         return self.backend.upload(host_array(tensor), self.dtype)
+
+    def keeps_experts_packed(self, tensor) -> bool:
+        """A mixture's stacked experts (blazr.models.layers.stacked_experts) whose every format the backend
+        multiplies packed in matmul_experts."""
+        if not (hasattr(tensor, "packed") and getattr(tensor, "quantized", False)):
+            return False
+        return all(self.backend.supports("matmul_experts", self.dtype, fmt) for fmt in tensor.formats)
 
     def keeps_packed(self, tensor) -> bool:
         fmt, shape = getattr(tensor, "dtype", None), getattr(tensor, "shape", ())

@@ -4,7 +4,8 @@ The experts' weights are two 3-D arrays, (E, 2F, D) gate/up rows and (E, D, F) d
 them (`experts.gate_up_proj`, `experts.down_proj`), so `matmul_experts` runs every (token, expert) pair in one
 op. Checkpoints on disk keep one 2-D tensor per expert and projection (the layout transformers'
 `from_pretrained` converts at load, and llama.cpp's converter reads); GGUF files hold one 3-D tensor per
-projection. `stack_experts` turns either into the declared pair before the strict load.
+projection. `stack_experts` turns either into the declared pair before the strict load; quantized experts stay
+in their blocks (blazr.quant.experts.QuantExperts), and the backend multiplies each active expert packed.
 """
 
 from __future__ import annotations
@@ -13,12 +14,11 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-
-from blazr.errors import CheckpointError, ConfigError, UnsupportedError
-from blazr.models.base import Array, host_array, trace
+from blazr.errors import CheckpointError, ConfigError
+from blazr.models.base import Array, trace
 from blazr.models.layers.mlp import GatedMLP
 from blazr.models.layers.module import Module, Weight, weight
+from blazr.models.layers.stacked_experts import StackedExperts
 
 
 class SparseMoE(Module):
@@ -127,8 +127,8 @@ def stack_experts(
     Mixtral's w1, w3, w2) or GGUF's 3-D `<prefix>.experts.<gate_proj|up_proj|down_proj>.weight` ->
     `<prefix>.experts.gate_up_proj` (E, 2F, D) and `<prefix>.experts.down_proj` (E, D, F); transformers 5's
     own fused pair passes through. An expert count other than the config's `count_key` is a CheckpointError
-    naming the key and the tensor; a quantized expert tensor an UnsupportedError naming it (kept packed, 3-D
-    experts need a kernel of their own; widening them here would hide a 4-8x memory cost)."""
+    naming the key and the tensor. Quantized experts (every projection in GGML blocks) become StackedExperts,
+    read nowhere here: the weight uploader keeps them packed (widening them would cost 4-8x the memory)."""
     out: dict[str, Any] = {}
     # experts prefix -> "gate_proj" / "up_proj" / "down_proj" -> expert index (-1: a 3-D tensor) -> (name, tensor)
     groups: dict[str, dict[str, dict[int, tuple[str, Any]]]] = {}
@@ -145,28 +145,25 @@ def stack_experts(
             out[name] = tensor
     for prefix, parts in groups.items():
         gate, up, down = (
-            _stacked(prefix, p, parts, num_experts, count_key) for p in ("gate_proj", "up_proj", "down_proj")
+            _found(prefix, p, parts, num_experts, count_key) for p in ("gate_proj", "up_proj", "down_proj")
         )
-        out[prefix + ".gate_up_proj"] = np.concatenate([gate, up], axis=1)  # (E, 2F, D)
-        out[prefix + ".down_proj"] = down  # (E, D, F)
+        for name, projections in ((".gate_up_proj", (gate, up)), (".down_proj", (down,))):
+            stacked = StackedExperts(prefix + name, projections, num_experts)  # (E, 2F, D) or (E, D, F)
+            # quantized: kept as the checkpoint's blocks, packed by the weight uploader where the backend can
+            # multiply them; dense: one array now
+            out[prefix + name] = stacked if stacked.quantized else stacked.load()
     return out
 
 
-def _stacked(prefix: str, part: str, parts: dict, num_experts: int, count_key: str) -> np.ndarray:
-    """One projection of every expert as (E, rows, cols)."""
+def _found(prefix: str, part: str, parts: dict, num_experts: int, count_key: str) -> tuple[Any, ...]:
+    """One projection of every expert: (its 3-D tensor,) or its E 2-D tensors in expert order."""
     found = parts.get(part)
     if not found:
         raise CheckpointError(f"missing tensors {prefix}.<expert>.{part} ({count_key} = {num_experts})")
-    for name, tensor in found.values():
-        if getattr(tensor, "quantized", False):
-            raise UnsupportedError(
-                f"{getattr(tensor, 'source', 'the checkpoint')}: expert tensor {name!r} is {tensor.dtype}; "
-                "quantized expert weights are not supported yet (F32, F16 or BF16 experts only)"
-            )
     if -1 in found:  # one 3-D tensor (GGUF)
         name, tensor = found[-1]
         check_count(name, tensor, tensor.shape[0], num_experts, count_key)
-        return host_array(tensor)
+        return (tensor,)
     for e, (name, tensor) in sorted(found.items()):
         if e >= num_experts:
             where = getattr(tensor, "source", None) or "the checkpoint"
@@ -179,7 +176,7 @@ def _stacked(prefix: str, part: str, parts: dict, num_experts: int, count_key: s
             f"the checkpoint has no {part} tensor of expert {missing[0]} under {prefix!r}: config "
             f"{count_key} = {num_experts} but {len(found)} experts are stored"
         )
-    return np.stack([host_array(found[e][1]) for e in range(num_experts)])  # (E, rows, cols)
+    return tuple(found[e][1] for e in range(num_experts))
 
 
 def check_count(name: str, tensor, count: int, num_experts: int, count_key: str) -> None:
