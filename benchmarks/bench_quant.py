@@ -33,13 +33,22 @@ def copy_bandwidth(nbytes: int = 1 << 29) -> float:
 
 
 def weight_bytes_per_token(path: Path) -> int:
-    """Bytes of every 2-D weight a decode step reads: all but the embedding, which is read once per token
-    as a row, unless it is tied (then it is the LM head and read whole)."""
+    """Bytes of every weight a decode step reads: all but the embedding, which is read once per token
+    as a row, unless it is tied (then it is the LM head and read whole); of a mixture's 3-D expert tensors
+    only the share of the experts a token uses (expert_used_count of expert_count)."""
     from blazr.loaders.gguf import read_gguf
 
-    infos = {t.name: t for t in read_gguf(path).tensors}
+    gf = read_gguf(path)
+    infos = {t.name: t for t in gf.tensors}
+    arch = gf.metadata.get("general.architecture")
+    used = gf.metadata.get(f"{arch}.expert_used_count", 1)
+    share = used / gf.metadata.get(f"{arch}.expert_count", 1)
     tied = "output.weight" not in infos
-    return sum(t.nbytes for name, t in infos.items() if name != "token_embd.weight" or tied)
+    total = 0.0
+    for name, t in infos.items():
+        if name != "token_embd.weight" or tied:
+            total += t.nbytes * (share if name.endswith("_exps.weight") else 1.0)
+    return int(total)
 
 
 def measure(python: str, runtime: str, path: Path, task: str, threads: int) -> dict:

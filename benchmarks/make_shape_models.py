@@ -24,6 +24,14 @@ SHAPES = {  # Qwen2.5-0.5B and Llama-3.2-1B shapes, written as llama architectur
     "tiny": dict(
         hidden=256, ffn=512, layers=2, heads=4, kv_heads=2, vocab=1024
     ),  # smoke tests of the scripts
+    # Qwen3-MoE-like (qwen3moe: qk-norm, 3-D expert tensors, no shared expert): ~1.0B weights in all, ~0.3B
+    # read per token (8 of 64 experts, attention, the tied 151,936-row head)
+    "moe-1b": dict(
+        hidden=1024, ffn=256, layers=16, heads=16, kv_heads=4, vocab=151936, experts=64, experts_used=8
+    ),
+    "moe-tiny": dict(
+        hidden=256, ffn=256, layers=2, heads=4, kv_heads=2, vocab=40960, experts=8, experts_used=2
+    ),
 }
 SCALE_FIELDS = {  # byte offsets of the f16 scale fields of each block
     "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,),
@@ -51,9 +59,10 @@ def random_blocks(fmt: str, rows: int, cols: int, rng) -> np.ndarray:
 
 
 def write_model(path: Path, shape: dict, mix: str, rng) -> None:
+    """A llama-architecture file, or a qwen3moe one when the shape has experts (ffn: one expert's width)."""
     d, f, n, v = shape["hidden"], shape["ffn"], shape["layers"], shape["vocab"]
-    dh = d // shape["heads"]
-    w = gguf.GGUFWriter(path, "llama")
+    dh, experts = d // shape["heads"], shape.get("experts", 0)
+    w = gguf.GGUFWriter(path, "qwen3moe" if experts else "llama")
     for add, value in [
         (w.add_context_length, 4096), (w.add_embedding_length, d), (w.add_block_count, n),
         (w.add_feed_forward_length, f), (w.add_head_count, shape["heads"]),
@@ -61,6 +70,12 @@ def write_model(path: Path, shape: dict, mix: str, rng) -> None:
         (w.add_rope_freq_base, 10000.0), (w.add_vocab_size, v), (w.add_rope_dimension_count, dh),
     ]:  # fmt: skip
         add(value)
+    if experts:
+        w.add_expert_count(experts)
+        w.add_expert_used_count(shape["experts_used"])
+        w.add_expert_feed_forward_length(f)
+        w.add_key_length(dh)
+        w.add_value_length(dh)
     w.add_tokenizer_model("llama")
     w.add_token_list([f"<t{i}>" for i in range(v)])
     w.add_token_scores([0.0] * v)
@@ -68,16 +83,20 @@ def write_model(path: Path, shape: dict, mix: str, rng) -> None:
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
 
-    def add(name: str, rows: int, cols: int, layer: int = 0) -> None:
+    def add(name: str, rows: int, cols: int, layer: int = 0, count: int = 0) -> None:
+        """One weight (rows, cols), or `count` experts' weights as one 3-D (count, rows, cols) tensor."""
         full = f"blk.{layer}.{name}.weight" if name.startswith(("attn", "ffn")) else f"{name}.weight"
         if mix == "F16":  # dense half weights, small enough that activations stay finite
+            values = rng.standard_normal((max(count, 1) * rows, cols), dtype=np.float32) * 0.02
             w.add_tensor(
-                full, (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float16)
+                full, values.astype(np.float16).reshape((count, rows, cols) if count else (rows, cols))
             )
             return
-        fmt = tensor_type(mix, name, layer, n, cols)
-        raw = random_blocks(fmt, rows, cols, rng)
-        w.add_tensor(full, raw, raw_dtype=gguf.GGMLQuantizationType[fmt])
+        fmt = tensor_type(mix, name.removesuffix("_exps"), layer, n, cols)
+        raw = random_blocks(fmt, max(count, 1) * rows, cols, rng)
+        w.add_tensor(
+            full, raw.reshape(count, rows, -1) if count else raw, raw_dtype=gguf.GGMLQuantizationType[fmt]
+        )
 
     add("token_embd", v, d)  # tied: also the LM head
     w.add_tensor("output_norm.weight", np.ones(d, np.float32))
@@ -86,9 +105,16 @@ def write_model(path: Path, shape: dict, mix: str, rng) -> None:
         w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(d, np.float32))
         for name, rows, cols in [
             ("attn_q", d, d), ("attn_k", shape["kv_heads"] * dh, d), ("attn_v", shape["kv_heads"] * dh, d),
-            ("attn_output", d, d), ("ffn_gate", f, d), ("ffn_up", f, d), ("ffn_down", d, f),
+            ("attn_output", d, d),
         ]:  # fmt: skip
             add(name, rows, cols, i)
+        for name, rows, cols in [("ffn_gate", f, d), ("ffn_up", f, d), ("ffn_down", d, f)]:
+            add(name + "_exps" if experts else name, rows, cols, i, experts)
+        if experts:
+            w.add_tensor(f"blk.{i}.attn_q_norm.weight", np.ones(dh, np.float32))
+            w.add_tensor(f"blk.{i}.attn_k_norm.weight", np.ones(dh, np.float32))
+            router = rng.standard_normal((experts, d), dtype=np.float32) * 0.05  # (E, D)
+            w.add_tensor(f"blk.{i}.ffn_gate_inp.weight", router)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

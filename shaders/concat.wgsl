@@ -1,12 +1,14 @@
-// concat: the rows of a, then those of b   reference: tests/reference.py::concat
-// bindings: a (M, L), b (N, L), dense -> out (M + N, L); params
+// concat: row r of out is row r of a, then row r of b   reference: tests/reference.py::concat
+// bindings: a (R, row_a), b (R, row_b), dense -> out (R, row_a + row_b); params. Stacking rows (axis 0) is
+// the one-row case: row_a = a's size, row_b = b's.
 // grid: ceil((M + N) L / WG) workgroups (folded into y past 65535), one invocation per element.
 alias T = f32;
 override WG: u32 = 64;
 
 struct Params {
     n: u32,
-    n_a: u32,
+    row_a: u32,
+    row_b: u32,
     grid_x: u32,
     a_off: u32,
     b_off: u32,
@@ -22,9 +24,12 @@ struct Params {
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let i = gid.y * params.grid_x * WG + gid.x;
     if (i >= params.n) { return; }
-    if (i < params.n_a) {
-        out[params.out_off + i] = a[params.a_off + i];
+    let width = params.row_a + params.row_b;
+    let r = i / width;
+    let j = i % width;
+    if (j < params.row_a) {
+        out[params.out_off + i] = a[params.a_off + r * params.row_a + j];
     } else {
-        out[params.out_off + i] = b[params.b_off + i - params.n_a];
+        out[params.out_off + i] = b[params.b_off + r * params.row_b + j - params.row_a];
     }
 }

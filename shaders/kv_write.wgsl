@@ -32,3 +32,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     k_cache[params.k_cache_off + dst] = k[params.k_off + t * params.k_stride + e];
     v_cache[params.v_cache_off + dst] = v[params.v_off + t * params.v_stride + e];
 }
+
+// entry k_only: k_cache[slots[t]] = k[t] alone, for a cache array that serves as keys and values (multi-head
+// latent attention): the same buffer cannot be bound writable twice
+@compute @workgroup_size(WG)
+fn k_only(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let e = wid.x * WG + lid;
+    let t = wid.y;
+    if (e >= params.row) { return; }
+    let dst = u32(slots[params.slots_off + t]) * params.row + e;
+    k_cache[params.k_cache_off + dst] = k[params.k_off + t * params.k_stride + e];
+}

@@ -340,5 +340,5 @@ def snake(x, alpha):
     return x + np.sin(alpha * x) ** 2 / alpha
 
 
-def concat(a, b):
-    return np.concatenate([_f64(a), _f64(b)], axis=0)
+def concat(a, b, axis=0):
+    return np.concatenate([_f64(a), _f64(b)], axis=axis)

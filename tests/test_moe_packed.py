@@ -154,6 +154,7 @@ def requantized_gguf(src, dst, experts_type: str, dequantized: bool, down_type: 
 def packed_and_dense_runs(name: str, be, tmp_path, experts_type: str, down_type: str | None = None):
     from blazr.loaders import load_checkpoint
     from blazr.models import build_model
+    from blazr.models.layers.moe import SparseMoE
     from tests.test_parity import GOLDEN, PROMPT_IDS, greedy_run
 
     runs = []
@@ -161,7 +162,7 @@ def packed_and_dense_runs(name: str, be, tmp_path, experts_type: str, down_type:
         path = tmp_path / f"{name}_{experts_type}_{dequantized}.gguf"
         requantized_gguf(GOLDEN / "gguf" / f"{name}_f32.gguf", path, experts_type, dequantized, down_type)
         model = build_model(load_checkpoint(path), be)
-        moe = next(layer.mlp for layer in model.layers if hasattr(layer.mlp, "gate_up_proj"))
+        moe = next(layer.mlp for layer in model.layers if isinstance(layer.mlp, SparseMoE))
         assert isinstance(moe.gate_up_proj, QuantExperts) != dequantized  # never widened to float
         assert isinstance(moe.down_proj, QuantExperts) != dequantized
         runs.append(greedy_run(model, be, list(PROMPT_IDS), 16))

@@ -89,3 +89,8 @@ def test_snake(backend, rng, channels, length):
 @pytest.mark.parametrize("m,n,length", [(1, 1, 1), (3, 2, 7), (64, 2, 4097)])
 def test_concat(backend, rng, m, n, length):
     check(backend, "concat", normal(rng, m, length), normal(rng, n, length))
+
+
+@pytest.mark.parametrize("lead,la,lb", [((1,), 1, 1), ((5, 3), 7, 2), ((300, 1), 64, 513)])
+def test_concat_last_axis(backend, rng, lead, la, lb):
+    check(backend, "concat", normal(rng, *lead, la), normal(rng, *lead, lb), axis=-1)

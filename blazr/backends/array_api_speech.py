@@ -72,11 +72,17 @@ class SpeechOps:
         s = xp.sin(alpha[:, None] * x)  # (C, L)
         return (x + s * s / alpha[:, None]).astype(x.dtype)
 
-    def concat(self, a: Array, b: Array) -> Array:
-        return self.xp.concatenate([a, b], axis=0)
+    def concat(self, a: Array, b: Array, axis: int = 0) -> Array:
+        return self.xp.concatenate([a, b], axis=_concat_axis(axis))
 
 
 def _sigmoid(xp, z: Array) -> Array:
     """1 / (1 + e^-z) from e^-|z| <= 1, so that nothing overflows."""
     e = xp.exp(-xp.abs(z))
     return xp.where(z >= 0, 1.0, e) / (1.0 + e)
+
+
+def _concat_axis(axis: int) -> int:
+    if axis not in (0, -1):
+        raise ValueError(f"concat: axis must be 0 or -1, not {axis}")
+    return axis

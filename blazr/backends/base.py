@@ -307,8 +307,10 @@ class Backend(Protocol):
     def snake(self, x: Array, alpha: Array) -> Array:
         """x (C, L), alpha (C,) -> x + sin(alpha x)^2 / alpha per channel (iSTFTNet's Snake1D)."""
 
-    def concat(self, a: Array, b: Array) -> Array:
-        """a (M, L), b (N, L) -> (M + N, L): the rows of a, then those of b (channel stacking)."""
+    def concat(self, a: Array, b: Array, axis: int = 0) -> Array:
+        """axis 0: a (M, L), b (N, L) -> (M + N, L), the rows of a, then those of b (channel stacking).
+        axis -1: a (..., La), b (..., Lb) with the same leading shape -> (..., La + Lb), each row of a followed
+        by the same row of b (multi-head latent attention's latent and rotary parts)."""
 
     # ---- capability ---------------------------------------------------------------------------------
     def kernels_own_threads(self) -> AbstractContextManager:

@@ -298,6 +298,12 @@ class Backend(SelectionSequenceOps, PackedOps, FusionOps, SpeechOps):
         if k.shape[0] == 0:
             return
         row = k_cache.shape[1] * k_cache.shape[2]
+        if v_cache is k_cache:
+            # one array as keys and values (latent attention): one writable binding, written from k only
+            arrays = {"k": k, "slots": self.contiguous(slots), "k_cache": k_cache}
+            params = {"row": row, "k_stride": k.row_stride, "v_off": 0, "v_stride": 0, "v_cache_off": 0}
+            self._run("kv_write", arrays, params, (_groups(row), k.shape[0], 1), "k_only")
+            return
         arrays = {"k": k, "v": v, "slots": self.contiguous(slots), "k_cache": k_cache, "v_cache": v_cache}
         params = {"row": row, "k_stride": k.row_stride, "v_stride": v.row_stride}
         self._run("kv_write", arrays, params, (_groups(row), k.shape[0], 1))

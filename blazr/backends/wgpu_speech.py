@@ -77,12 +77,21 @@ class SpeechOps:
             self._run("snake", {"x": x, "alpha": alpha, "out": out}, params, grid)
         return out
 
-    def concat(self, a: Array, b: Array) -> Array:
+    def concat(self, a: Array, b: Array, axis: int = 0) -> Array:
         a = self.contiguous(a)
         b = self.contiguous(b, a.dtype)
-        out = self.empty((a.shape[0] + b.shape[0], *a.shape[1:]), a.dtype)  # (M + N, L)
+        if axis == 0:  # one "row" each: the whole of a, then the whole of b
+            out = self.empty((a.shape[0] + b.shape[0], *a.shape[1:]), a.dtype)  # (M + N, L)
+            row_a, row_b = a.size, b.size
+        elif axis == -1:
+            if a.shape[:-1] != b.shape[:-1]:
+                raise ValueError(f"concat: shapes {a.shape} and {b.shape} differ before the last axis")
+            out = self.empty((*a.shape[:-1], a.shape[-1] + b.shape[-1]), a.dtype)  # (..., La + Lb)
+            row_a, row_b = a.shape[-1], b.shape[-1]
+        else:
+            raise ValueError(f"concat: axis must be 0 or -1, not {axis}")
         if out.size:
             grid = grid_1d(-(-out.size // self.WG))
-            params = {"n": out.size, "n_a": a.size, "grid_x": grid[0]}
+            params = {"n": out.size, "row_a": row_a, "row_b": row_b, "grid_x": grid[0]}
             self._run("concat", {"a": a, "b": b, "out": out}, params, grid)
         return out

@@ -20,10 +20,12 @@ from blazr.models.batch import ForwardBatch
 
 def cache_bytes_per_block(model: Any, block_size: int) -> int:
     """Bytes one KV block takes over all layers, measured on a one-block cache from the model itself."""
-    total = 0
+    total, seen = 0, set()
     for pair in model.make_cache(1, block_size):
         for array in pair:
-            if array is not None:
+            # one array may serve as keys and values (multi-head latent attention): counted once
+            if array is not None and id(array) not in seen:
+                seen.add(id(array))
                 nbytes = getattr(array, "nbytes", None)
                 total += (
                     nbytes

@@ -61,6 +61,12 @@ FAMILIES: tuple[Family, ...] = (
     Family("olmoe", ("OlmoeForCausalLM",), ("olmoe",), ("olmoe",)),
     Family("qwen3_moe", ("Qwen3MoeForCausalLM",), ("qwen3_moe",), ("qwen3moe",)),
     Family("granitemoe", ("GraniteMoeForCausalLM",), ("granitemoe",), ("granitemoe",)),
+    Family(
+        "deepseek2",
+        ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"),
+        ("deepseek_v2", "deepseek_v3"),
+        ("deepseek2",),
+    ),
     # encoders: sentence embedders and cross-encoder rerankers (blazr.tasks.embed), not causal LMs
     # (llama.cpp's converter writes RoBERTa, XLM-RoBERTa and DistilBERT as "bert": bert.gguf_config runs them)
     Family("bert", ("BertModel", "BertForMaskedLM", "BertForSequenceClassification"), ("bert",), ("bert",)),

@@ -14,10 +14,13 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from blazr.errors import CheckpointError, ConfigError
 from blazr.models.base import Array, trace
 from blazr.models.layers.mlp import GatedMLP
 from blazr.models.layers.module import Module, Weight, weight
+from blazr.models.layers.router import Routing, route_groups
 from blazr.models.layers.stacked_experts import StackedExperts
 
 
@@ -39,17 +42,28 @@ class SparseMoE(Module):
         layer: int,
         norm_topk_prob: bool,
         shared_ffn: int = 0,
+        routing: Routing | None = None,
+        shared_name: str = "shared_expert.",
+        shared_gated: bool = True,
+        score_bias: bool = False,
     ):
         self.be, self.hidden, self.ffn, self.act, self.layer = backend, hidden, ffn, act, layer
         self.num_experts, self.top_k, self.norm_topk_prob = num_experts, top_k, norm_topk_prob
-        # Qwen2-MoE's always-on expert, a plain SwiGLU MLP of its own width
+        self.routing = routing or Routing()
+        self.routing.check(num_experts, top_k)
+        # the always-on expert, a plain SwiGLU MLP of its own width: Qwen2-MoE's "shared_expert." behind a
+        # sigmoid gate, DeepSeek's "shared_experts." (n_shared_experts of them fused into one) without one
         self.shared_expert = GatedMLP(backend, hidden, shared_ffn, act, layer) if shared_ffn else None
+        self.shared_name, self.shared_gated, self.score_bias = shared_name, shared_gated, score_bias
         self.router = self.gate_up_proj = self.down_proj = self.shared_gate = None
+        self.bias = None  # (E,) host float32 with score_bias: DeepSeek-V3's e_score_correction_bias
 
     def ops(self) -> set[str]:
         out = {"matmul", "softmax", "topk", "matmul_experts", "glu", "binary"}
         if self.shared_expert is not None:
-            out |= self.shared_expert.ops() | {"act"}  # act: tanh of the sigmoid gate
+            out |= self.shared_expert.ops() | (
+                {"act"} if self.shared_gated else set()
+            )  # act: tanh of the gate
         return out
 
     def declare(self) -> Iterator[Weight]:
@@ -57,19 +71,23 @@ class SparseMoE(Module):
         yield weight("router", "gate.weight", (e, d))  # (E, D)
         yield weight("gate_up_proj", "experts.gate_up_proj", (e, 2 * f, d))  # (E, 2F, D) gate rows first
         yield weight("down_proj", "experts.down_proj", (e, d, f))  # (E, D, F)
-        if self.shared_expert is not None:
+        if self.shared_expert is not None and self.shared_gated:
             yield weight("shared_gate", "shared_expert_gate.weight", (1, d))  # (1, D)
+        if self.score_bias:
+            yield weight("bias", "gate.e_score_correction_bias", (e,))  # (E,)
 
     def children(self) -> dict[str, Module]:
-        return {} if self.shared_expert is None else {"shared_expert.": self.shared_expert}
+        return {} if self.shared_expert is None else {self.shared_name: self.shared_expert}
+
+    def load(self, get, upload, prefix: str = "") -> None:
+        super().load(get, upload, prefix)
+        if self.bias is not None:  # read by the host router
+            self.bias = np.asarray(self.be.download(self.bias), dtype=np.float32)  # (E,)
 
     def __call__(self, x: Array) -> Array:
         be, k, f = self.be, self.top_k, self.ffn
         t, d = x.shape
-        probs = be.softmax(be.matmul(x, self.router))  # (T, E)
-        weights, ids = be.topk(probs, k)  # (T, k) each, largest first
-        if self.norm_topk_prob:
-            weights = be.binary("div", weights, self._sum_columns(weights))  # (T, k)
+        weights, ids = self._route(be.matmul(x, self.router))  # (T, k) each
         trace("ffn_moe_weights", self.layer, weights)
         gate_up = be.matmul_experts(x, self.gate_up_proj, ids).reshape(t * k, 2 * f)  # (T k, 2F)
         h = be.glu(gate_up[:, :f], gate_up[:, f:], self.act)  # (T k, F)
@@ -82,8 +100,25 @@ class SparseMoE(Module):
         trace("ffn_moe_out", self.layer, y)
         if self.shared_expert is None:
             return y
+        if not self.shared_gated:
+            return be.binary("add", y, self.shared_expert(x))  # (T, D)
         gate = self._sigmoid(be.matmul(x, self.shared_gate))  # (T, 1)
         return be.binary("add", y, be.binary("mul", self.shared_expert(x), gate))  # (T, D)
+
+    def _route(self, logits: Array) -> tuple[Array, Array]:
+        """Router logits (T, E) -> (weights (T, k), expert ids (T, k)): on the backend for plain routing,
+        on the host for DeepSeek's group-limited variants (blazr.models.layers.router)."""
+        be, r = self.be, self.routing
+        if r.on_host:
+            host = np.asarray(be.download(logits), dtype=np.float32)  # (T, E)
+            weights, ids = route_groups(host, r, self.top_k, self.norm_topk_prob, self.bias)
+            return be.upload(weights, "f32"), be.upload(ids)
+        weights, ids = be.topk(be.softmax(logits), self.top_k)  # (T, k) each, largest first
+        if self.norm_topk_prob:
+            weights = be.binary("div", weights, self._sum_columns(weights))  # (T, k)
+        if r.scale != 1.0:
+            weights = be.binary("mul", weights, r.scale)
+        return weights, ids
 
     def _sum_columns(self, a: Array) -> Array:
         """a (T, k) -> (T, 1) row sums, from column slices (k is small; no reduction op needed)."""
