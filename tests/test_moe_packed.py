@@ -68,15 +68,20 @@ def test_gate_and_up_of_two_formats_stack_by_rows(float_activations, rng):
     assert err <= NMSE_MAX
 
 
-def test_int8_cpu_path_is_one_packed_matmul_per_expert(rng):
-    """With int8 activations (the CPU's default for packed weights) each expert's rows go through the same
-    kernels as a dense layer's matmul: bit for bit the packed matmul of that expert's tokens."""
-    from blazr.backends.cpu import Backend
+@pytest.mark.parametrize("formats", [("Q8_0",), ("Q4_K", "Q6_K"), ("Q4_0", "Q5_K")])
+@pytest.mark.parametrize("tokens", [1, 3, 80])
+def test_int8_cpu_path_is_one_packed_matmul_per_expert(formats, tokens, rng):
+    """With int8 activations (the CPU's default for packed weights) each pair gives bit for bit what the packed
+    matmul of its expert's tokens gives: decode steps in one call over every pair (the lane dots), prompts one
+    matmul per expert (the int8 GEMM where an expert has enough tokens)."""
+    from blazr.backends.cpu import HAS_NUMBA, Backend
 
-    be, experts, n = Backend(), 4, 48
-    w = QuantExperts((random_weight("Q8_0", experts * n, 256, rng),), experts)
-    x = rng.standard_normal((7, 256)).astype(np.float32)
-    ids = rng.integers(0, experts, size=(7, 2)).astype(np.int32)
+    be, experts, n = Backend(), 4, 40
+    w = QuantExperts(tuple(random_weight(f, experts * n, 256, rng) for f in formats), experts)
+    x = rng.standard_normal((tokens, 256)).astype(np.float32)
+    ids = np.stack([rng.permutation(experts)[:2] for _ in range(tokens)]).astype(np.int32)  # (T, 2)
+    if HAS_NUMBA and be.int8_activations:
+        assert be._lane_experts(w, ids.reshape(-1)) == (tokens < 4)  # a decode step's few tokens: one call
     got = be.matmul_experts(x, w, ids)  # (T, k, N)
     for e in range(experts):
         rows, slots = np.nonzero(ids == e)
@@ -232,3 +237,26 @@ def test_quantized_experts_are_never_read_dense(name, tmp_path):
         for k, t in checkpoint.tensors.items()
     }
     build_model(checkpoint, Backend())
+
+
+@pytest.mark.parametrize("name", ["qwen3_moe", "deepseek_v2"])
+def test_engine_invariants_with_packed_experts(name, tmp_path):
+    """Q8_0 experts on the CPU's int8 activations: decode steps take the one-call lane dots over every pair,
+    prompts one packed matmul per expert, the F32 router numba's pool at every token count; batch == alone,
+    chunked == one-shot, prefix hit == cold and preempted == uninterrupted still hold exactly."""
+    from blazr.backends.cpu import Backend
+    from blazr.engine import Engine
+    from blazr.loaders import load_checkpoint
+    from blazr.models import build_model
+    from tests.test_batching_invariants import IdTokenizer, check_invariants
+    from tests.test_parity import GOLDEN
+
+    path = tmp_path / "q8.gguf"
+    requantized_gguf(GOLDEN / "gguf" / f"{name}_f32.gguf", path, "Q8_0", dequantized=False)
+    model = build_model(load_checkpoint(path), Backend())
+
+    def make(num_ctx=64, **kw):
+        return Engine(model, IdTokenizer(), model.be, num_ctx=num_ctx, **kw)
+
+    prompts = [[1, 17, 99, 3, 250], [1, 64], [1, 5, 9, 11, 13, 17, 19, 23, 29, 31, 37], [1, 2, 3]]
+    check_invariants(make, prompts, shared=list(range(40, 72)), max_tokens=10)

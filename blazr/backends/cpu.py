@@ -29,6 +29,10 @@ HAS_NUMBA = importlib.util.find_spec("numba") is not None
 _BLAS_CONTROL = None  # threadpoolctl's view of numpy's BLAS, made on first use (kernels_own_threads)
 PARALLEL_DECODE_SEQS = 8  # from this many sequences a decode step attends on numba's pool (see attention)
 SERIAL_MACS = 1 << 21  # a dense matmul this small may run on the calling thread (see numba_matmul_rows)
+# dense float32 weights up to this size stay on numba's pool for prompts too, once packed kernels run there: a
+# Qwen3-MoE-shaped Q4_K_M model's F32 routers on OpenBLAS took 5.5 ms a layer for 128 tokens (the two pools
+# spinning against each other), against ~0.5 ms in numba
+NUMBA_DENSE_WEIGHTS = 1 << 22
 
 
 class Backend(ArrayAPIBackend):
@@ -117,12 +121,39 @@ class Backend(ArrayAPIBackend):
         if not out.size:
             return out.reshape(t, k, w.shape[1])
         flat = np.asarray(expert_ids).reshape(-1)  # (T k,)
+        if self._lane_experts(w, flat):
+            from blazr.quant.cpu_blocks import format_tag
+            from blazr.quant.cpu_int8_experts import matmul_experts_lanes
+
+            self._numba_pool = True
+            # pairs in expert order, so that consecutive tasks read the same expert's rows (from cache)
+            order = np.argsort(flat, kind="stable")  # (T k,)
+            xrow = order // k  # (T k,) each pair's row of x
+            column = 0
+            for i, part in enumerate(w.parts):  # every pair in one call per part (gate, up)
+                n = w.part_rows(i)
+                row0 = flat[order].astype(np.int64) * n  # (T k,) first row of each pair's expert
+                tag = format_tag(part.format)
+                out[order, column : column + n] = matmul_experts_lanes(x, part.blocks, tag, xrow, row0, n)
+                column += n
+            return out.reshape(t, k, w.shape[1])
         order = np.argsort(flat, kind="stable")  # (T k,) pairs grouped by expert
         starts = np.flatnonzero(np.diff(flat[order])) + 1
-        # one packed matmul per active expert over every token routed to it (decode: k matvecs)
+        # one packed matmul per active expert over every token routed to it
         for pairs in np.split(order, starts):
             out[pairs] = self.matmul(x[pairs // k], w.expert(int(flat[pairs[0]])))  # (n_e, N)
         return out.reshape(t, k, w.shape[1])
+
+    def _lane_experts(self, w: QuantExperts, flat: np.ndarray) -> bool:
+        """Whether every expert's tokens would take the int8 lane dots one matmul each (decode steps): then
+        one call over all pairs gives the same bits (blazr.quant.cpu_int8_experts) without a thread-pool
+        launch per expert."""
+        if not (self.fast_kernels and self.int8_activations):
+            return False
+        from blazr.quant import cpu_kernels
+
+        most = int(np.bincount(flat).max())  # the busiest expert's rows
+        return all(cpu_kernels.path(most, p.format, True) == "int8-lanes" and p.perm is None for p in w.parts)
 
     def matmul(self, x: Array, w: Array) -> Array:
         if isinstance(w, QuantRowStack):
@@ -157,7 +188,9 @@ class Backend(ArrayAPIBackend):
             self._numba_pool
             and self._ops is not None
             and isinstance(w, np.ndarray)
-            and x.shape[0] <= 4
+            # few tokens, or a small weight (a mixture's router) at any token count: numba's pool then serves
+            # every matmul of a step, and a token's router logits do not depend on its batch
+            and (x.shape[0] <= 4 or np.size(w) <= NUMBA_DENSE_WEIGHTS)
             and x.dtype == w.dtype == np.float32
             and w.ndim == 2
             and x.shape[-1] == w.shape[1]

@@ -1,0 +1,59 @@
+"""Mixture-of-experts decode on int8 lane dots: every (token, expert) pair of a step in one parallel call.
+
+A decode step routes each token to k experts; multiplying them one packed matmul each launched numba's thread
+pool k times per projection and layer (a Qwen3-MoE-shaped model: 24 launches of ~40 us a layer, most of it the
+launch). Here pair p's activation row dots the N rows of its expert, starting at weight row row0[p] of the
+stacked experts' blocks (E * N, row_bytes), and the pool's tasks are (pair, row range) couples. Each cell is
+the lane dot blazr.quant.cpu_int8_lanes computes, so the output equals the per-expert matmul bit for bit
+(and so the int8 GEMM's, which the lanes match): the choice between the two is a speed choice only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import get_num_threads, njit, prange
+
+from blazr.quant.cpu_int8_gemm import quantize_padded
+from blazr.quant.cpu_int8_lanes import FORMATS, LANES, ROWS, int8_lane_dot
+
+__all__ = ["FORMATS", "matmul_experts_lanes"]
+
+
+@njit(cache=True, nogil=True)
+def _pair_span(tag, blocks, base, xq, dx, xsum, out, start, stop):
+    """out[0, start:stop] = the pair's int8 row xq (1, Kp) against rows base + start .. base + stop - 1."""
+    acc = np.zeros((ROWS, LANES), dtype=np.float32)  # (ROWS, LANES) each row's accumulator
+    mins = np.zeros((ROWS, xsum.shape[1]), dtype=np.float32)  # (ROWS, G) offsets; padding groups stay 0
+    for r in range(start, stop, ROWS):
+        int8_lane_dot(tag, blocks[base + r : base + min(stop, r + ROWS)], xq, dx, xsum, acc, mins, out, r)
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _matmul_experts(x, blocks, tag, xrow, row0, out, rows_per_task):
+    t, k = x.shape
+    p, n = out.shape
+    xq, dx, xsum = quantize_padded(x, t, (k + 63) // 64 * 64)  # each row rounded as the GEMM rounds it
+    spans = (n + rows_per_task - 1) // rows_per_task
+    for task in prange(p * spans):
+        i, s = task // spans, task % spans
+        j = xrow[i]
+        start, stop = s * rows_per_task, min(n, (s + 1) * rows_per_task)
+        _pair_span(
+            tag, blocks, row0[i], xq[j : j + 1], dx[j : j + 1], xsum[j : j + 1], out[i : i + 1], start, stop
+        )
+
+
+def matmul_experts_lanes(
+    x: np.ndarray, blocks: np.ndarray, tag: np.ndarray, xrow: np.ndarray, row0: np.ndarray, n: int
+) -> np.ndarray:
+    """x (T, K) float32 activation rows; blocks (E * N, row_bytes) every expert's packed rows; pair p takes
+    x row xrow[p] and the N rows of its expert from row0[p] (xrow, row0 (P,) int64) -> out (P, N) float32.
+    A token's k pairs share its row of x, which is rounded to int8 once."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    pairs = len(row0)
+    out = np.empty((pairs, n), dtype=np.float32)  # (P, N)
+    # about 8 tasks per thread over all pairs, each at least ROWS rows
+    per_task = max(ROWS, -(-n * pairs // (8 * get_num_threads())))
+    xrow, row0 = (np.ascontiguousarray(a, dtype=np.int64) for a in (xrow, row0))
+    _matmul_experts(x, blocks, tag, xrow, row0, out, min(n, per_task))
+    return out
