@@ -1,8 +1,8 @@
-// attention: causal attention over the paged KV cache, GQA, sliding window, softcap, ALiBi
+// attention: causal attention over the paged KV cache, GQA, sliding window, softcap, ALiBi, attention sinks
 //                                                            reference: tests/reference.py::attention
 // bindings: q (T, H, Dh) rows q_stride apart, k_cache, v_cache (S, Hkv, Dh), block_tables (B, max_blocks),
 // ctx_lens (B,), q_lens (B,) i32 -> out (T, H, Dh); params; alibi (H,) f32 slopes (any buffer when has_alibi
-// is 0). Uses _reduce.wgsl.
+// is 0); sinks (H,) f32 logits in each head's softmax sum (any buffer when has_sinks is 0). Uses _reduce.wgsl.
 // grid: (H, T): one workgroup per (query head, token). Keys go by in tiles of WG with an online softmax
 // (flash-style): invocation i scores key tile + i, then accumulates output features i, i + WG, ...
 alias T = f32;
@@ -30,6 +30,8 @@ struct Params {
     softcap: f32,
     alibi_off: u32,
     has_alibi: u32,
+    sinks_off: u32,
+    has_sinks: u32,
 }
 
 @group(0) @binding(0) var<storage, read> q: array<T>;
@@ -41,6 +43,7 @@ struct Params {
 @group(0) @binding(6) var<storage, read_write> out: array<T>;
 @group(0) @binding(7) var<uniform> params: Params;
 @group(0) @binding(8) var<storage, read> alibi: array<f32>;
+@group(0) @binding(9) var<storage, read> sinks: array<f32>;
 
 var<workgroup> query: array<f32, MAX_DH>;
 var<workgroup> probs: array<f32, WG>;
@@ -92,6 +95,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let range = workgroupUniformLoad(&span);  // also the barrier that publishes `query`
     var m = NEG;
     var l = 0.0;
+    if (params.has_sinks != 0u) {  // the sink as a first key of weight exp(0) = 1 and no value
+        m = sinks[params.sinks_off + h];
+        l = 1.0;
+    }
     var acc = array<f32, PER_INVOCATION>();
     for (var tile = range.y; tile < range.z; tile += WG) {
         let j = tile + lid;
@@ -102,7 +109,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         let m_new = max(m, reduce_max(s, lid));
         probs[lid] = select(0.0, exp(s - m_new), j < range.z);
-        let correction = exp(m - m_new);  // 0 on the first tile: m is NEG
+        let correction = exp(m - m_new);  // 0 on the first tile (m is NEG), unless a sink started it
         workgroupBarrier();
         let count = min(WG, range.z - tile);
         var total = 0.0;

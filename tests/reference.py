@@ -70,7 +70,18 @@ def kv_write(k_cache, v_cache, k, v, slots):
 
 
 def attention(
-    q, k_cache, v_cache, block_tables, ctx_lens, q_lens, block_size, scale, window=0, softcap=0.0, alibi=None
+    q,
+    k_cache,
+    v_cache,
+    block_tables,
+    ctx_lens,
+    q_lens,
+    block_size,
+    scale,
+    window=0,
+    softcap=0.0,
+    alibi=None,
+    sinks=None,
 ):
     q, k_cache, v_cache = _f64(q), _f64(k_cache), _f64(v_cache)
     n_heads, n_kv = q.shape[1], k_cache.shape[1]
@@ -90,6 +101,9 @@ def attention(
                     scores = scores + float(alibi[h]) * np.asarray(visible, dtype=np.float64)
                 if softcap > 0:
                     scores = softcap * np.tanh(scores / softcap)
+                if sinks is not None:  # a learnt logit of no key: in the softmax's sum, dropped after it
+                    out[row + i, h] = softmax(np.append(scores, float(sinks[h])))[:-1] @ values[visible, kv]
+                    continue
                 out[row + i, h] = softmax(scores) @ values[visible, kv]
         row += n
     return out

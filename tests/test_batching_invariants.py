@@ -223,7 +223,7 @@ def test_decode_attention_is_the_same_on_the_parallel_kernel():
         args = (q, k_cache, v_cache, tables, ctx, q_lens, block, scale, window, np.float32(softcap))
         serial, parallel = np.empty_like(q), np.empty_like(q)
         assert cpu_attention.attention_decode(*args, serial)
-        cpu_attention.attention_prefill(*args, cpu_attention.NO_ALIBI, parallel)
+        cpu_attention.attention_prefill(*args, cpu_attention.NO_ALIBI, cpu_attention.NO_SINKS, parallel)
         np.testing.assert_array_equal(parallel, serial, err_msg=f"{batch} sequences, {heads} heads, {dh}")
         backend = get_backend("cpu")
         backend._numba_prefill = True  # as a model whose matmuls run on numba's pool

@@ -676,3 +676,30 @@ def test_ssm_scan(backend, rng, t, h, p, g, n):
     assert y.dtype == np.float32 and final.dtype == np.float32
     assert_close("ssm_scan", "f32", y, want_y)
     assert_close("ssm_scan", "f32", final, want_state)
+
+
+SINK_CASES = {
+    # name: (H, Hkv, Dh, block_size, [(ctx_len, q_len), ...], shuffled, window, softcap), as ATTENTION_CASES
+    "prefill_gqa": (4, 2, 16, 4, [(9, 9)], True, 0, 0.0),
+    "decode_batch": (8, 2, 8, 4, [(40, 1), (1, 1), (17, 1)], True, 0, 0.0),
+    "chunked_window": (4, 1, 8, 4, [(33, 13)], True, 6, 0.0),
+    "batch_softcap": (6, 3, 16, 8, [(20, 4), (9, 9), (41, 1)], True, 0, 5.0),
+}
+
+
+@pytest.mark.parametrize("case", list(SINK_CASES))
+def test_attention_sinks(backend, rng, case):
+    """GPT-OSS's attention sinks: one logit per query head in the softmax's sum, of no value."""
+    h, hkv, dh, block_size, seqs, shuffled, window, softcap = SINK_CASES[case]
+    inputs = paged_inputs(rng, seqs, h, hkv, dh, block_size, shuffled)
+    scale = 3.0 * dh**-0.5 if softcap else dh**-0.5
+    sinks = (rng.standard_normal(h) * 2 + 1).astype(np.float32)  # (H,) some above every score, some below
+    check(backend, "attention", *inputs, block_size, scale, window, softcap, None, sinks)
+    plain = reference.attention(*inputs, block_size, scale, window=window, softcap=softcap)
+    sunk = reference.attention(*inputs, block_size, scale, window=window, softcap=softcap, sinks=sinks)
+    assert np.abs(sunk - plain).max() > 0.05  # the sinks must move the output
+
+
+@pytest.mark.parametrize("case", list(SINK_CASES))
+def test_attention_sinks_on_numbas_pool(prompt_pool_backend, rng, case):
+    test_attention_sinks(prompt_pool_backend, rng, case)

@@ -165,6 +165,7 @@ class ArrayAPIBackend(ConvOps, RelativeAttentionOps, SpeechOps):
         window: int = 0,
         softcap: float = 0.0,
         alibi: Array | None = None,
+        sinks: Array | None = None,
     ) -> Array:
         xp = self.xp
         out = xp.empty_like(q)  # (T, H, Dh)
@@ -186,7 +187,14 @@ class ArrayAPIBackend(ConvOps, RelativeAttentionOps, SpeechOps):
                 # A lone (decode) query sees every key kept above, whose range already applies the window.
                 bias = None if n == 1 else self._step_bias(ctx, n, c0, c1, k_lo, window)
                 out[q_start + c0 : q_start + c1] = self._attend(
-                    q[q_start + c0 : q_start + c1], keys, values, bias, float(scale), float(softcap), pos_bias
+                    q[q_start + c0 : q_start + c1],
+                    keys,
+                    values,
+                    bias,
+                    float(scale),
+                    float(softcap),
+                    pos_bias,
+                    sinks,
                 )
             q_start += n
         return out
@@ -224,9 +232,11 @@ class ArrayAPIBackend(ConvOps, RelativeAttentionOps, SpeechOps):
         scale: float,
         softcap: float,
         pos_bias: Array | None = None,
+        sinks: Array | None = None,
     ):
         """q (nc, H, Dh), keys/values (Lk, Hkv, Dh) -> (nc, H, Dh); heads grouped, so K/V are not repeated.
-        bias (nc, Lk) masks per query; pos_bias (H, Lk), ALiBi's, is added per head before the soft-cap."""
+        bias (nc, Lk) masks per query; pos_bias (H, Lk), ALiBi's, is added per head before the soft-cap;
+        sinks (H,) are per-head logits in the softmax's sum only."""
         xp = self.xp
         nc, h, dh = q.shape
         hkv = keys.shape[1]
@@ -244,9 +254,15 @@ class ArrayAPIBackend(ConvOps, RelativeAttentionOps, SpeechOps):
         if bias is not None:
             by_query = scores.reshape(hkv, g, nc, -1)  # (Hkv, G, nc, Lk) view: bias broadcasts per query
             by_query += bias
-        scores -= xp.max(scores, axis=-1, keepdims=True)
+        top = xp.max(scores, axis=-1, keepdims=True)  # (Hkv, G*nc, 1)
+        if sinks is not None:
+            sink = xp.repeat(sinks.reshape(hkv, g, 1), nc, axis=2).reshape(hkv, g * nc, 1)  # (Hkv, G*nc, 1)
+            top = xp.maximum(top, sink)
+        scores -= top
         xp.exp(scores, out=scores)
         denom = xp.sum(scores, axis=-1, keepdims=True)  # (Hkv, G*nc, 1)
+        if sinks is not None:
+            denom += xp.exp(sink - top)
         out = xp.matmul(scores, values.transpose(1, 0, 2))  # (Hkv, G*nc, Dh)
         out /= denom  # normalising the (.., Dv) output is cheaper than the (.., Lk) probabilities
         dv = values.shape[-1]

@@ -146,6 +146,7 @@ class Backend(Protocol):
         window: int = 0,
         softcap: float = 0.0,
         alibi: Array | None = None,
+        sinks: Array | None = None,
     ) -> Array:
         """Causal attention of a batch of sequences over the paged KV cache (GQA by head grouping).
 
@@ -159,7 +160,9 @@ class Backend(Protocol):
         scale * q.k + alibi[h] * j before the soft-cap and the softmax (j the key's absolute position; the
         softmax ignores a constant per query, so this is the relative form -alibi[h] * (pos_q - j)). The
         slopes multiply j as given: a model that biases before scaling passes its slopes times `scale`.
-        Query head h reads KV head h // (H // Hkv). Returns (T, H, Dh).
+        sinks (H,) float32, when given, holds one learnt logit per query head that takes part in the softmax
+        as a key with no value would (GPT-OSS's attention sinks): weights exp(s_j) / (sum_j exp(s_j) +
+        exp(sinks[h])). Query head h reads KV head h // (H // Hkv). Returns (T, H, Dh).
         """
 
     def attention_dense(

@@ -329,6 +329,7 @@ class Backend(ArrayAPIBackend):
         window=0,
         softcap=0.0,
         alibi=None,
+        sinks=None,
     ):
         # A decode step (one query per sequence) runs the serial numba kernel, which declines anything else;
         # a prefill runs the parallel one when its matmuls run on numba's pool, else numpy's batched BLAS. A
@@ -340,27 +341,38 @@ class Backend(ArrayAPIBackend):
             and q.dtype == k_cache.dtype == v_cache.dtype == np.float32
             and block_tables.dtype == ctx_lens.dtype == q_lens.dtype == np.int32
             and (alibi is None or alibi.dtype == np.float32)
+            and (sinks is None or sinks.dtype == np.float32)
         ):
             out = np.empty(q.shape, dtype=np.float32)  # (T, H, Dh)
             paged = (q, k_cache, v_cache, block_tables, ctx_lens, q_lens)
             args = (int(block_size), np.float32(scale), int(window), np.float32(softcap))
             parallel_decode = self._numba_prefill and q.shape[0] >= PARALLEL_DECODE_SEQS
+            slopes = self._ops.NO_ALIBI if alibi is None else np.ascontiguousarray(alibi)  # (H,) or (0,)
+            logits = self._ops.NO_SINKS if sinks is None else np.ascontiguousarray(sinks)  # (H,) or (0,)
             if q.shape[0] == ctx_lens.shape[0] and not parallel_decode:
-                # without ALiBi the decode kernel takes no slopes: one array fewer to type-check per call
-                if alibi is None:
+                # without ALiBi or sinks the decode kernel takes neither: fewer arrays to type-check per call
+                if alibi is None and sinks is None:
                     decoded = self._ops.attention_decode(*paged, *args, out)
                 else:
-                    decoded = self._ops.attention_decode_alibi(
-                        *paged, *args, np.ascontiguousarray(alibi), out
-                    )
+                    decoded = self._ops.attention_decode_biased(*paged, *args, slopes, logits, out)
                 if decoded:
                     return out
             if self._numba_prefill:
-                slopes = self._ops.NO_ALIBI if alibi is None else np.ascontiguousarray(alibi)  # (H,) or (0,)
-                self._ops.attention_prefill(*paged, *args, slopes, out)
+                self._ops.attention_prefill(*paged, *args, slopes, logits, out)
                 return out
         return super().attention(
-            q, k_cache, v_cache, block_tables, ctx_lens, q_lens, block_size, scale, window, softcap, alibi
+            q,
+            k_cache,
+            v_cache,
+            block_tables,
+            ctx_lens,
+            q_lens,
+            block_size,
+            scale,
+            window,
+            softcap,
+            alibi,
+            sinks,
         )
 
     @staticmethod

@@ -18,16 +18,19 @@ import numpy as np
 from numba import njit, prange
 
 NO_ALIBI = np.empty(0, dtype=np.float32)  # (0,) the kernels' "no ALiBi" slopes
+NO_SINKS = np.empty(0, dtype=np.float32)  # (0,) the kernels' "no attention sinks"
 
 
 @njit(inline="always")
-def _attend(q, out, row, kh, k_cache, v_cache, slots, first, scale, softcap, alibi, qh, scores, acc):
+def _attend(q, out, row, kh, k_cache, v_cache, slots, first, scale, softcap, alibi, sinks, qh, scores, acc):
     """out[row, h] = softmax(q[row, h] . keys * scale) @ values for the G query heads h of KV head kh, over
     the keys at `slots` (n,), of positions first .. first + n - 1. alibi (H,) adds alibi[h] * position to
-    each score before the soft-cap, or is empty (no ALiBi). qh (G, Dh), scores (G, >= n) and acc (G, Dh) are
+    each score before the soft-cap, or is empty (no ALiBi); sinks (H,) puts exp(sinks[h]) in head h's
+    softmax sum (attention sinks), or is empty. qh (G, Dh), scores (G, >= n) and acc (G, Dh) are
     scratch: the queries are copied to qh because q is usually a strided view (of the fused qkv rows), and
     the dot products only vectorise over rows numba knows to be contiguous."""
     g_len, dh = qh.shape
+    sink_weights = np.empty(g_len, dtype=np.float32)  # (G,) exp(sink - max) of each query head, or 0
     for g in range(g_len):
         qh[g] = q[row, kh * g_len + g]
     out_rows = out[row, kh * g_len : (kh + 1) * g_len]  # (G, Dh)
@@ -68,6 +71,11 @@ def _attend(q, out, row, kh, k_cache, v_cache, slots, first, scale, softcap, ali
         top = scores[g, 0]
         for j in range(1, n_keys):
             top = max(top, scores[g, j])
+        if sinks.size > 0:
+            top = max(top, sinks[kh * g_len + g])
+            sink_weights[g] = np.exp(sinks[kh * g_len + g] - top)
+        else:
+            sink_weights[g] = 0.0
         for j in range(n_keys):
             scores[g, j] = np.exp(scores[g, j] - top)
         acc[g] = 0.0
@@ -87,7 +95,7 @@ def _attend(q, out, row, kh, k_cache, v_cache, slots, first, scale, softcap, ali
             for i in range(dh):
                 a[i] += wj * val[i]
     for g in range(g_len):
-        denom = np.float32(0.0)
+        denom = sink_weights[g]
         for j in range(n_keys):
             denom += scores[g, j]
         o = out_rows[g]  # (Dh,)
@@ -108,8 +116,10 @@ def _sequence_slots(tables, b, start, stop, block_size, slots):
 
 
 @njit(inline="always")
-def _decode(q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, alibi, out):
-    """attention_decode's body; alibi (H,) float32 slopes, or empty for none."""
+def _decode(
+    q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, alibi, sinks, out
+):
+    """attention_decode's body; alibi (H,) float32 slopes and sinks (H,) float32 logits, each empty for none."""
     batch, heads, dh = q.shape
     for b in range(batch):
         if q_lens[b] != 1:
@@ -129,7 +139,7 @@ def _decode(q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, wi
         _sequence_slots(tables, b, lo, ctx, block_size, slots)
         for kh in range(hkv):
             keys = slots[: ctx - lo]
-            _attend(q, out, b, kh, k_cache, v_cache, keys, lo, scale, softcap, alibi, qh, scores, acc)
+            _attend(q, out, b, kh, k_cache, v_cache, keys, lo, scale, softcap, alibi, sinks, qh, scores, acc)
     return True
 
 
@@ -143,29 +153,41 @@ def attention_decode(q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, 
     # NO_ALIBI is a global, so numba freezes it as a constant and drops the ALiBi branch; and the call passes
     # no extra array, whose type check would add ~0.1 us to every decode layer's dispatch
     return _decode(
-        q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, NO_ALIBI, out
+        q,
+        k_cache,
+        v_cache,
+        tables,
+        ctx_lens,
+        q_lens,
+        block_size,
+        scale,
+        window,
+        softcap,
+        NO_ALIBI,
+        NO_SINKS,
+        out,
     )
 
 
 @njit(cache=True, fastmath=True, nogil=True)
-def attention_decode_alibi(
-    q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, alibi, out
+def attention_decode_biased(
+    q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, alibi, sinks, out
 ):
-    """attention_decode with ALiBi: alibi (H,) float32 slopes, alibi[h] * key position added to head h's
-    scores before the soft-cap."""
+    """attention_decode with ALiBi and/or attention sinks: alibi (H,) float32 slopes, alibi[h] * key position
+    added to head h's scores before the soft-cap; sinks (H,) float32 logits in each head's softmax sum; either
+    empty (NO_ALIBI, NO_SINKS) for none."""
     return _decode(
-        q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, alibi, out
+        q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, alibi, sinks, out
     )
 
 
 @njit(parallel=True, cache=True, fastmath=True, nogil=True)
 def attention_prefill(
-    q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, alibi, out
+    q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, alibi, sinks, out
 ):
     """Any number of queries per sequence (Backend.attention's contract): out (T, H, Dh). The queries of
     sequence b are positions ctx_lens[b] - q_lens[b] .. ctx_lens[b] - 1, each seeing keys up to its own
-    position (the last `window` of them when window > 0). alibi: slopes as in attention_decode_alibi, or
-    NO_ALIBI. Parallel over (sequence, KV head); a prefill's milliseconds make one more argument nothing."""
+    position (the last `window` of them when window > 0). alibi and sinks as in attention_decode_biased. Parallel over (sequence, KV head); a prefill's milliseconds make one more argument nothing."""
     batch = ctx_lens.shape[0]
     heads, dh = q.shape[1], q.shape[2]
     hkv = k_cache.shape[1]
@@ -186,4 +208,6 @@ def attention_prefill(
             row, pos = first[b] + i, ctx - q_lens[b] + i
             lo = max(0, pos + 1 - window) if window > 0 else 0
             keys = slots[lo - first_key : pos + 1 - first_key]
-            _attend(q, out, row, kh, k_cache, v_cache, keys, lo, scale, softcap, alibi, qh, scores, acc)
+            _attend(
+                q, out, row, kh, k_cache, v_cache, keys, lo, scale, softcap, alibi, sinks, qh, scores, acc
+            )

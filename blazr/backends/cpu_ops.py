@@ -22,8 +22,9 @@ from numba import njit, prange
 
 from blazr.backends.cpu_attention import (  # noqa: F401 (the backend's ops)
     NO_ALIBI,
+    NO_SINKS,
     attention_decode,
-    attention_decode_alibi,
+    attention_decode_biased,
     attention_prefill,
 )
 from blazr.backends.cpu_math import erfc_pos, exp_neg, tanh

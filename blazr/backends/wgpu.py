@@ -321,6 +321,7 @@ class Backend(SelectionSequenceOps, PackedOps, FusionOps, SpeechOps):
         window: int = 0,
         softcap: float = 0.0,
         alibi: Array | None = None,
+        sinks: Array | None = None,
     ) -> Array:
         t, h, dh = q.shape
         if dh > MAX_HEAD_DIM:
@@ -340,9 +341,11 @@ class Backend(SelectionSequenceOps, PackedOps, FusionOps, SpeechOps):
                 "head_dim": dh,
                 "window": max(0, int(window)),
                 "has_alibi": int(alibi is not None),
+                "has_sinks": int(sinks is not None),
             }
-            # the slopes are read as f32 whatever q's dtype; any buffer fills the binding without them
+            # slopes and sinks are read as f32 whatever q's dtype; any buffer fills a binding without them
             arrays["alibi"] = k_cache if alibi is None else self.contiguous(alibi, "f32")  # (H,)
+            arrays["sinks"] = k_cache if sinks is None else self.contiguous(sinks, "f32")  # (H,)
             self._run("attention", arrays, params | {"scale": scale, "softcap": softcap}, (h, t, 1))
         return out
 
