@@ -1,6 +1,7 @@
 // binary: out = a (op) b with b broadcast to a's shape       reference: tests/reference.py::binary
 // bindings: a, b (up to 4-d strided views; a broadcast axis of b has stride 0) -> out dense, a's shape; params
-// grid: ceil(n / WG) workgroups, folded into y past 65535. OP: 0 add, 1 sub, 2 mul, 3 div (base.BINARY_OPS).
+// grid: ceil(n / WG) workgroups, folded into y past 65535. OP: 0 add, 1 sub, 2 mul, 3 div, 4 min, 5 max
+// (base.BINARY_OPS).
 alias T = f32;
 override WG: u32 = 64;
 override OP: u32 = 0;
@@ -44,7 +45,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: 
         case 0u: { r = x + y; }
         case 1u: { r = x - y; }
         case 2u: { r = x * y; }
-        default: { r = x / y; }
+        case 3u: { r = x / y; }
+        case 4u: { r = min(x, y); }
+        default: { r = max(x, y); }
     }
     out[params.out_off + i] = T(r);
 }

@@ -192,7 +192,8 @@ def glu(gate, up, kind):
 
 def binary(op, a, b):
     a, b = _f64(a), _f64(b)
-    return {"add": a + b, "sub": a - b, "mul": a * b, "div": a / b}[op]
+    ops = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
+    return (ops | {"min": np.minimum, "max": np.maximum})[op](a, b)
 
 
 # ---- selection --------------------------------------------------------------------------------------

@@ -160,6 +160,7 @@ def packed_and_dense_runs(name: str, be, tmp_path, experts_type: str, down_type:
     from blazr.loaders import load_checkpoint
     from blazr.models import build_model
     from blazr.models.layers.moe import SparseMoE
+    from blazr.models.layers.moe_oai import ClampedSwiGLUMoE
     from tests.test_parity import GOLDEN, PROMPT_IDS, greedy_run
 
     runs = []
@@ -167,7 +168,7 @@ def packed_and_dense_runs(name: str, be, tmp_path, experts_type: str, down_type:
         path = tmp_path / f"{name}_{experts_type}_{dequantized}.gguf"
         requantized_gguf(GOLDEN / "gguf" / f"{name}_f32.gguf", path, experts_type, dequantized, down_type)
         model = build_model(load_checkpoint(path), be)
-        moe = next(layer.mlp for layer in model.layers if isinstance(layer.mlp, SparseMoE))
+        moe = next(layer.mlp for layer in model.layers if isinstance(layer.mlp, SparseMoE | ClampedSwiGLUMoE))
         assert isinstance(moe.gate_up_proj, QuantExperts) != dequantized  # never widened to float
         assert isinstance(moe.down_proj, QuantExperts) != dequantized
         runs.append(greedy_run(model, be, list(PROMPT_IDS), 16))
@@ -260,3 +261,71 @@ def test_engine_invariants_with_packed_experts(name, tmp_path):
 
     prompts = [[1, 17, 99, 3, 250], [1, 64], [1, 5, 9, 11, 13, 17, 19, 23, 29, 31, 37], [1, 2, 3]]
     check_invariants(make, prompts, shared=list(range(40, 72)), max_tokens=10)
+
+
+@pytest.mark.parametrize("device", ["cpu", "wgpu"])
+def test_gpt_oss_mxfp4_experts_run_packed_as_their_dequantized_self(device, tmp_path):
+    """GPT-OSS files carry their experts in MXFP4: kept packed, they give the ids and logits of the same file
+    with the experts stored as the F32 values the MXFP4 blocks decode to."""
+    from blazr.backends import get_backend
+    from tests.conftest import AVAILABLE_BACKENDS
+
+    if device not in AVAILABLE_BACKENDS:
+        pytest.skip(f"no {device} here")
+    from blazr.backends.cpu import Backend
+
+    be = get_backend("wgpu") if device == "wgpu" else Backend()  # a CPU backend of its own: int8 off below
+    if device == "cpu":
+        be.set_int8_activations(False)
+    (ids, logits), (want_ids, want_logits) = packed_and_dense_runs("gpt_oss", be, tmp_path, "MXFP4")
+    np.testing.assert_array_equal(ids, want_ids)
+    assert np.abs(logits - want_logits).max() <= 1e-4
+
+
+def _released_mxfp4(ggml_rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """GGML MXFP4 rows (..., K/32 * 17) -> the released SafeTensors layout: blocks (..., K/32, 16) with value
+    2i in the low and 2i + 1 in the high nibble of byte i, scales (..., K/32)."""
+    blocks = ggml_rows.reshape(*ggml_rows.shape[:-1], k // 32, 17)
+    scales, qs = blocks[..., 0], blocks[..., 1:]
+    values = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)  # (..., K/32, 32) in order
+    return (values[..., 0::2] | (values[..., 1::2] << 4)).astype(np.uint8), np.ascontiguousarray(scales)
+
+
+def test_gpt_oss_released_mxfp4_safetensors_equal_the_mxfp4_gguf(tmp_path):
+    """The released checkpoints' *_blocks / *_scales experts, repacked at load, are the very blocks a GGUF
+    holds: the tiny GPT-OSS written both ways gives identical logits."""
+    import json
+
+    import gguf
+    from safetensors.numpy import save_file
+
+    from blazr.backends.cpu import Backend
+    from blazr.loaders import load_checkpoint
+    from blazr.models import build_model
+    from tests.test_parity import GOLDEN, PROMPT_IDS, greedy_run
+    from tests.tiny_models import tiny_config, tiny_weights
+
+    cfg, w = tiny_config("gpt_oss"), tiny_weights("gpt_oss")
+    q = gguf.GGMLQuantizationType.MXFP4
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}.mlp.experts."
+        gate_up = w.pop(p + "gate_up_proj").transpose(0, 2, 1)  # (E, 2F, D) rows interleaved
+        down = w.pop(p + "down_proj").transpose(0, 2, 1)  # (E, D, F)
+        for name, rows in (("gate_up_proj", gate_up), ("down_proj", down)):
+            ggml = gguf.quants.quantize(np.ascontiguousarray(rows), q)  # (E, R, K/32 * 17)
+            w[p + name + "_blocks"], w[p + name + "_scales"] = _released_mxfp4(ggml, rows.shape[-1])
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    save_file({k: np.ascontiguousarray(a) for k, a in w.items()}, str(hf / "model.safetensors"))
+    (hf / "config.json").write_text(json.dumps(cfg | {"quantization_config": {"quant_method": "mxfp4"}}))
+    gguf_path = tmp_path / "mxfp4.gguf"
+    requantized_gguf(GOLDEN / "gguf" / "gpt_oss_f32.gguf", gguf_path, "MXFP4", dequantized=False)
+    runs = []
+    for path in (hf, gguf_path):
+        be = Backend()
+        be.set_int8_activations(False)
+        model = build_model(load_checkpoint(path), be)
+        assert isinstance(model.layers[0].mlp.gate_up_proj, QuantExperts)
+        runs.append(greedy_run(model, be, list(PROMPT_IDS), 16))
+    np.testing.assert_array_equal(runs[0][0], runs[1][0])
+    np.testing.assert_allclose(runs[0][1], runs[1][1], atol=1e-5)

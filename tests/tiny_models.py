@@ -230,8 +230,10 @@ def from_bf16_bits(b: np.ndarray) -> np.ndarray:
 
 
 # mixture-of-experts routers (Mixtral's block_sparse_moe.gate, Qwen2-MoE's shared_expert_gate, Granite-MoE's
-# block_sparse_moe.router.layer): F32 in llama.cpp
-_GGUF_F32_NAMES = re.compile(r"(\.gate|shared_expert_gate|\.router\.layer)\.weight$")
+# block_sparse_moe.router.layer, GPT-OSS's mlp.router) and GPT-OSS's 2-D expert biases: F32 in llama.cpp
+_GGUF_F32_NAMES = re.compile(
+    r"((\.gate|shared_expert_gate|\.router\.layer|\.router)\.weight|experts\.\w+[._]bias)$"
+)
 
 
 def gguf_keeps_f32(shape: tuple[int, ...], name: str = "") -> bool:

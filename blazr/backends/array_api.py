@@ -16,7 +16,7 @@ import numpy as np
 from blazr.backends.array_api_conv import ConvOps
 from blazr.backends.array_api_relative import RelativeAttentionOps
 from blazr.backends.array_api_speech import SpeechOps
-from blazr.backends.base import ACTIVATIONS, BINARY_OPS, OPS, ROPE_STYLES, Array, SampleParams
+from blazr.backends.base import ACTIVATIONS, BINARY_OPS, BINARY_UFUNCS, OPS, ROPE_STYLES, Array, SampleParams
 from blazr.errors import ConfigError, UnsupportedError
 
 _ATTN_CHUNK_ELEMS = 1 << 23  # cap on one query chunk's score tensor (32 MiB of f32) during long prefills
@@ -394,10 +394,9 @@ class ArrayAPIBackend(ConvOps, RelativeAttentionOps, SpeechOps):
         return xp.copysign(out, z, out=out)
 
     def binary(self, op: str, a: Array, b: Array) -> Array:
-        fns = {"add": self.xp.add, "sub": self.xp.subtract, "mul": self.xp.multiply, "div": self.xp.divide}
-        if op not in fns:
+        if op not in BINARY_UFUNCS:
             raise ConfigError(f"binary op {op!r} is unknown; use one of {BINARY_OPS}")
-        return fns[op](a, b)
+        return getattr(self.xp, BINARY_UFUNCS[op])(a, b)
 
     # ---- selection ----------------------------------------------------------------------------------
     def topk(self, x: Array, k: int) -> tuple[Array, Array]:

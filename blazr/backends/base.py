@@ -64,7 +64,9 @@ OPS: tuple[str, ...] = (
 # them by their index here.
 # sin: iSTFTNet's phase (Kokoro).
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu", "tanh", "sigmoid", "exp", "softplus", "leaky_relu", "sin")
-BINARY_OPS = ("add", "sub", "mul", "div")  # binary(op, a, b), numpy broadcasting
+BINARY_OPS = ("add", "sub", "mul", "div", "min", "max")  # binary(op, a, b), numpy broadcasting
+# each binary op's function in an array namespace (numpy's names, which CuPy shares)
+BINARY_UFUNCS = dict(add="add", sub="subtract", mul="multiply", div="divide", min="minimum", max="maximum")
 ROPE_STYLES = ("neox", "interleaved")  # neox: rotate halves (HF); interleaved: adjacent pairs (GPT-J)
 DTYPES = ("f32", "f16", "bf16")  # activation / dense-weight dtypes a backend may support
 

@@ -67,6 +67,8 @@ def int4_settings(config: dict[str, Any], directory: Path, tensors: dict[str, La
     qc, where = read_quant_config(config, directory)
     method = str(qc.get("quant_method") or "").lower()
     packed = any(name.endswith(".qweight") for name in tensors)
+    if method == "mxfp4":
+        return None  # GPT-OSS's MXFP4 experts: the family repacks their blocks (blazr.models.gpt_oss_mxfp4)
     if method and method not in METHODS:
         if any(t.dtype not in _FLOATS and len(t.shape) >= 2 for t in tensors.values()):
             raise UnsupportedError(

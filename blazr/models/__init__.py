@@ -61,6 +61,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("olmoe", ("OlmoeForCausalLM",), ("olmoe",), ("olmoe",)),
     Family("qwen3_moe", ("Qwen3MoeForCausalLM",), ("qwen3_moe",), ("qwen3moe",)),
     Family("granitemoe", ("GraniteMoeForCausalLM",), ("granitemoe",), ("granitemoe",)),
+    Family("gpt_oss", ("GptOssForCausalLM",), ("gpt_oss",), ("gpt-oss",)),
     Family(
         "deepseek2",
         ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"),

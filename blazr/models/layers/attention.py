@@ -31,6 +31,7 @@ class AttentionShape:
     qk_norm_per_head: bool = True  # over each head's Dh (Qwen3, Gemma 3), or over all of q and of k (OLMo 2)
     fused_qkv: str | None = None  # the checkpoint's one q/k/v tensor (Phi-3 "qkv_proj"), rows q, k, v
     o_name: str = "o_proj"  # the checkpoint's output projection (Phi-2 and GPT-NeoX "dense")
+    sinks: bool = False  # a learnt logit per head in the softmax's sum (GPT-OSS's attention sinks, "sinks")
 
 
 def alibi_slopes(heads: int) -> np.ndarray:
@@ -75,6 +76,7 @@ class Attention(Module):
         self.qkv_proj = self.qkv_bias = self.o_proj = self.o_bias = None
         self.q_norm = self.k_norm = None  # (Dh,) each, with qk_norm_eps
         self.alibi = None  # (H,) f32 slopes times the scale, with shape.alibi; made at load
+        self.sinks = None  # (H,) f32 with shape.sinks
 
     def ops(self) -> set[str]:
         rope = {"rope"} if self.inv_freq is not None else set()
@@ -108,6 +110,8 @@ class Attention(Module):
             )
             yield weight("q_norm", "q_norm.weight", (q_dim,))
             yield weight("k_norm", "k_norm.weight", (k_dim,))
+        if s.sinks:
+            yield weight("sinks", "sinks", (s.heads,))  # (H,)
 
     def load(self, get, upload, prefix: str = "") -> None:
         super().load(get, upload, prefix)
@@ -120,6 +124,8 @@ class Attention(Module):
             # it: the op's slopes are the model's times the scale. Kept in f32 whatever the compute dtype.
             slopes = (alibi_slopes(self.s.heads) * self.scale).astype(np.float32)  # (H,)
             self.alibi = self.be.upload(slopes, "f32")
+        if self.sinks is not None:  # the attention op reads them in f32 whatever the compute dtype
+            self.sinks = self.be.upload(np.asarray(self.be.download(self.sinks), dtype=np.float32), "f32")
 
     def __call__(self, x: Array, step: Step, k_cache: Array, v_cache: Array) -> Array:
         be, i, s = self.be, self.layer, self.s
@@ -147,7 +153,7 @@ class Attention(Module):
         be.kv_write(k_cache, v_cache, k, v, step.slots)
         paged = (step.block_tables, step.ctx_lens, step.q_lens, step.block_size)
         o = be.attention(
-            q, k_cache, v_cache, *paged, self.scale, self.window, s.softcap, self.alibi
+            q, k_cache, v_cache, *paged, self.scale, self.window, s.softcap, self.alibi, self.sinks
         )  # (T, H, Dh)
         trace("attn", i, o)
         out = self.linear(o.reshape(step.num_tokens, h * s.head_dim), "o_proj")  # (T, D)
