@@ -703,3 +703,10 @@ def test_attention_sinks(backend, rng, case):
 @pytest.mark.parametrize("case", list(SINK_CASES))
 def test_attention_sinks_on_numbas_pool(prompt_pool_backend, rng, case):
     test_attention_sinks(prompt_pool_backend, rng, case)
+
+
+@pytest.mark.parametrize("dh", [320, 576])
+def test_attention_wider_than_256_features(backend, rng, dh):
+    """DeepSeek's latent attention: one KV head of kv_lora_rank + rope values (576) against the cache."""
+    inputs = paged_inputs(rng, [(21, 5), (9, 1)], 4, 1, dh, 8, True)
+    check(backend, "attention", *inputs, 8, 0.2 * dh**-0.5)

@@ -27,7 +27,10 @@ from blazr.quant import QuantRowStack, QuantWeight
 from blazr.quant.experts import QuantExperts
 
 WG = 64  # workgroup size of every kernel (an override constant; llvmpipe runs 8-wide, GPUs 32/64-wide)
-MAX_HEAD_DIM = 256  # attention.wgsl keeps one query in workgroup memory
+MAX_HEAD_DIM = 256  # attention_dense.wgsl keeps one query in workgroup memory
+# attention.wgsl's query buffer and per-invocation outputs are sized for 256 features; a wider head (DeepSeek's
+# 576-value latent) gets a pipeline of its own with both resized, up to this
+MAX_PAGED_HEAD_DIM = 1024
 F16_MODES = ("auto", "packed")  # auto: native f16 where the adapter has shader-f16, else packed F16 weights
 _HOST_MIRROR = (
     1 << 16
@@ -324,10 +327,16 @@ class Backend(SelectionSequenceOps, PackedOps, FusionOps, SpeechOps):
         sinks: Array | None = None,
     ) -> Array:
         t, h, dh = q.shape
-        if dh > MAX_HEAD_DIM:
+        if dh > MAX_PAGED_HEAD_DIM:
             raise UnsupportedError(
-                f"device {self.name}: attention supports head_dim <= {MAX_HEAD_DIM}, not {dh}"
+                f"device {self.name}: attention supports head_dim <= {MAX_PAGED_HEAD_DIM}, not {dh}"
             )
+        aliases = (("T", q.dtype),)
+        if (
+            dh > MAX_HEAD_DIM
+        ):  # sizes in multiples of the workgroup: each invocation keeps MAX_DH / WG outputs
+            wide = -(-dh // WG) * WG
+            aliases += (("MAX_DH", str(wide)), ("PER_INVOCATION", str(wide // WG)))
         q = q if q.rows_contiguous else self.contiguous(q)
         out = self.empty((t, h, dh), q.dtype)  # (T, H, Dh)
         if out.size:
@@ -346,7 +355,9 @@ class Backend(SelectionSequenceOps, PackedOps, FusionOps, SpeechOps):
             # slopes and sinks are read as f32 whatever q's dtype; any buffer fills a binding without them
             arrays["alibi"] = k_cache if alibi is None else self.contiguous(alibi, "f32")  # (H,)
             arrays["sinks"] = k_cache if sinks is None else self.contiguous(sinks, "f32")  # (H,)
-            self._run("attention", arrays, params | {"scale": scale, "softcap": softcap}, (h, t, 1))
+            self._run(
+                "attention", arrays, params | {"scale": scale, "softcap": softcap}, (h, t, 1), "main", aliases
+            )
         return out
 
     def attention_dense(

@@ -28,6 +28,7 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
 PACKED_MATMUL_LIBRARIES = ("activations", "qmatmul")
 WGSL_TYPES = {"f32": "f32", "f16": "f16"}
 _ALIAS = re.compile(r"^alias (\w+) = f32;", re.M)
+_CONST = re.compile(r"^const (\w+): u32 = (\d+)u;", re.M)
 _PARAMS = re.compile(r"struct Params \{(.*?)\}", re.S)
 _FIELD = re.compile(r"(\w+)\s*:\s*(u32|i32|f32)")
 _BINDING = re.compile(r"@binding\((\d+)\)\s*var(?:<[^>]*>)?\s+(\w+)\s*:")
@@ -84,14 +85,20 @@ def _libraries(op: str) -> tuple[str, ...]:
 
 @cache
 def load_shader(op: str, aliases: tuple[tuple[str, str], ...] = ()) -> Shader:
-    """shaders/<op>.wgsl with each `alias X = f32;` set from aliases (("T", "f16"), ...)."""
+    """shaders/<op>.wgsl with each `alias X = f32;` set from aliases (("T", "f16"), ...), and each
+    `const N: u32 = 256u;` whose name aliases lists set to the number given (("MAX_DH", "576"): sizes a
+    function-scope array, which WGSL's override constants cannot)."""
     wanted = dict(aliases)
     body = "\n".join([_read("_" + lib) for lib in _libraries(op)] + [_read(op)])
 
     def rewrite(match: re.Match) -> str:
         return f"alias {match.group(1)} = {WGSL_TYPES[wanted.get(match.group(1), 'f32')]};"
 
-    source = _ALIAS.sub(rewrite, body)
+    def resize(match: re.Match) -> str:
+        value = wanted.get(match.group(1))
+        return match.group(0) if value is None else f"const {match.group(1)}: u32 = {int(value)}u;"
+
+    source = _CONST.sub(resize, _ALIAS.sub(rewrite, body))
     if "f16" in wanted.values():
         source = "enable f16;\n" + source
     params = _PARAMS.search(source)
