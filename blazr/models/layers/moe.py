@@ -61,9 +61,9 @@ class SparseMoE(Module):
     def ops(self) -> set[str]:
         out = {"matmul", "softmax", "topk", "matmul_experts", "glu", "binary"}
         if self.shared_expert is not None:
-            out |= self.shared_expert.ops() | (
-                {"act"} if self.shared_gated else set()
-            )  # act: tanh of the gate
+            out |= self.shared_expert.ops()
+            if self.shared_gated:
+                out.add("act")  # tanh of the sigmoid gate
         return out
 
     def declare(self) -> Iterator[Weight]:
