@@ -17,6 +17,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
+
 NO_ALIBI = np.empty(0, dtype=np.float32)  # (0,) the kernels' "no ALiBi" slopes
 NO_SINKS = np.empty(0, dtype=np.float32)  # (0,) the kernels' "no attention sinks"
 

@@ -19,6 +19,7 @@ from numba import get_num_threads, njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
 from blazr.backends.cpu_ops import _act_row
 from blazr.quant.cpu_target import FEATURES
 

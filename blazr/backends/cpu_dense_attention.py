@@ -30,6 +30,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
+
 Q_TILE = 128  # queries per task: each key and value is read and transposed once per this many queries
 _SUB = 16  # queries per block of scores (SUB, KT): the block stays in L1 between softmax and P @ V
 _PAD = 16  # key loops run over multiples of this, one 512-bit vector of f32: 5-10% faster (measured)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
 from blazr.backends.cpu_dense_attention import _NEG, _exp_row, _key_range
 from blazr.backends.cpu_dense_simd import LANES, TILE_ROWS, tile_ab, tile_atb1, tile_atb2
 

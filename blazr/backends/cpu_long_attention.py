@@ -15,6 +15,7 @@ import threading
 import numpy as np
 from numba import njit
 
+from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
 from blazr.backends.cpu_math import exp_neg
 
 MIN_KEYS = 512  # shorter sequences stay on the tiled kernel

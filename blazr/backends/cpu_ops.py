@@ -20,6 +20,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
 from blazr.backends.cpu_attention import (  # noqa: F401 (the backend's ops)
     NO_ALIBI,
     NO_SINKS,

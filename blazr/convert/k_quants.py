@@ -18,6 +18,8 @@ import math
 import numba
 import numpy as np
 
+from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
+
 QK_K = 256
 BLOCK_BYTES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210}
 f32 = np.float32

@@ -19,6 +19,8 @@ from numba import njit, types
 from numba.core.errors import TypingError
 from numba.extending import overload
 
+from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
+
 # Every f16 bit pattern as float32 (256 KB): a table lookup is exact and cheaper than bit twiddling.
 F16_TABLE = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
 from blazr.quant.cpu_blocks import F16_TABLE, decode_row
 from blazr.quant.cpu_gemm_simd import F32_STEP, ROWS, TOKENS, X_CHUNK_BYTES, gemm_tile_f32, rows_per_task
 

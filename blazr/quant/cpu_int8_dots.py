@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
 from blazr.quant.cpu_blocks import dispatch_by_format
 from blazr.quant.cpu_simd import (
     dot_i8_biased,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import get_num_threads, njit, prange
 
+from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
 from blazr.quant.cpu_int8_gemm import quantize_padded
 from blazr.quant.cpu_int8_lanes import FORMATS, LANES, ROWS, int8_lane_dot
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
 from blazr.quant.cpu_blocks import _half, register_decoder
 from blazr.quant.iq_grids import (
     IQ1_DELTA,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import get_num_threads, njit, prange
 
+from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
 from blazr.quant import QuantRowStack, QuantWeight, cpu_iq_blocks, cpu_small_blocks  # noqa: F401 (registers)
 from blazr.quant.cpu_blocks import DECODERS, F16_TABLE, decode_row, format_tag
 from blazr.quant.cpu_dots import DOTS, row_dot

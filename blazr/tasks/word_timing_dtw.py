@@ -8,6 +8,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
+
 
 @numba.njit(cache=True)
 def dtw_path(x: np.ndarray) -> np.ndarray:
