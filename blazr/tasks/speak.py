@@ -80,8 +80,10 @@ class Synthesizer:
     def __init__(self, model, config: dict[str, Any], path: Path, tokenizer=None):
         """config: a Piper voice's .onnx.json, or (with `tokenizer`, a vits_chars.CharTokenizer) the
         config.json of a Hugging Face VitsModel directory."""
+        from blazr.backends.host_memory import keep_freed_host_memory
         from blazr.loaders import Checkpoint
 
+        keep_freed_host_memory()  # the decoder's large arrays, made afresh for every sentence
         self.model, self.config, self.path, self.tokenizer = model, config, path, tokenizer
         self.be = self.backend = model.be
         self.sample_rate = int(model.args.sampling_rate)
