@@ -129,10 +129,11 @@ class Backend(ArrayAPIBackend):
             # pairs in expert order, so that consecutive tasks read the same expert's rows (from cache)
             order = np.argsort(flat, kind="stable")  # (T k,)
             xrow = order // k  # (T k,) each pair's row of x
+            expert = flat[order].astype(np.int64)  # (T k,) each pair's expert
             column = 0
             for i, part in enumerate(w.parts):  # every pair in one call per part (gate, up)
                 n = w.part_rows(i)
-                row0 = flat[order].astype(np.int64) * n  # (T k,) first row of each pair's expert
+                row0 = expert * n  # (T k,) first row of each pair's expert
                 tag = format_tag(part.format)
                 out[order, column : column + n] = matmul_experts_lanes(x, part.blocks, tag, xrow, row0, n)
                 column += n

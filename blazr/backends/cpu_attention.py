@@ -24,15 +24,31 @@ NO_SINKS = np.empty(0, dtype=np.float32)  # (0,) the kernels' "no attention sink
 
 
 @njit(inline="always")
-def _attend(q, out, row, kh, k_cache, v_cache, slots, first, scale, softcap, alibi, sinks, qh, scores, acc):
+def _attend(
+    q,
+    out,
+    row,
+    kh,
+    k_cache,
+    v_cache,
+    slots,
+    first,
+    scale,
+    softcap,
+    alibi,
+    sinks,
+    qh,
+    scores,
+    acc,
+    sink_weights,
+):
     """out[row, h] = softmax(q[row, h] . keys * scale) @ values for the G query heads h of KV head kh, over
     the keys at `slots` (n,), of positions first .. first + n - 1. alibi (H,) adds alibi[h] * position to
     each score before the soft-cap, or is empty (no ALiBi); sinks (H,) puts exp(sinks[h]) in head h's
-    softmax sum (attention sinks), or is empty. qh (G, Dh), scores (G, >= n) and acc (G, Dh) are
-    scratch: the queries are copied to qh because q is usually a strided view (of the fused qkv rows), and
+    softmax sum (attention sinks), or is empty. qh (G, Dh), scores (G, >= n), acc (G, Dh) and sink_weights
+    (G,) are scratch: the queries are copied to qh because q is usually a strided view (of the fused qkv rows), and
     the dot products only vectorise over rows numba knows to be contiguous."""
     g_len, dh = qh.shape
-    sink_weights = np.empty(g_len, dtype=np.float32)  # (G,) exp(sink - max) of each query head, or 0
     for g in range(g_len):
         qh[g] = q[row, kh * g_len + g]
     out_rows = out[row, kh * g_len : (kh + 1) * g_len]  # (G, Dh)
@@ -134,6 +150,7 @@ def _decode(
     scores = np.empty((g_len, max_ctx), dtype=np.float32)  # (G, L) one kv head's scores, then weights
     acc = np.empty((g_len, dh), dtype=np.float32)  # (G, Dh)
     qh = np.empty((g_len, dh), dtype=np.float32)  # (G, Dh) one kv head's queries
+    sink_w = np.empty(g_len, dtype=np.float32)  # (G,) each head's sink weight exp(sink - max), or 0
     slots = np.empty(max_ctx, dtype=np.int64)  # (L,) cache row of each position
     for b in range(batch):
         ctx = ctx_lens[b]
@@ -141,7 +158,24 @@ def _decode(
         _sequence_slots(tables, b, lo, ctx, block_size, slots)
         for kh in range(hkv):
             keys = slots[: ctx - lo]
-            _attend(q, out, b, kh, k_cache, v_cache, keys, lo, scale, softcap, alibi, sinks, qh, scores, acc)
+            _attend(
+                q,
+                out,
+                b,
+                kh,
+                k_cache,
+                v_cache,
+                keys,
+                lo,
+                scale,
+                softcap,
+                alibi,
+                sinks,
+                qh,
+                scores,
+                acc,
+                sink_w,
+            )
     return True
 
 
@@ -206,10 +240,26 @@ def attention_prefill(
         scores = np.empty((g_len, ctx), dtype=np.float32)  # (G, L)
         acc = np.empty((g_len, dh), dtype=np.float32)  # (G, Dh)
         qh = np.empty((g_len, dh), dtype=np.float32)  # (G, Dh)
+        sink_w = np.empty(g_len, dtype=np.float32)  # (G,)
         for i in range(q_lens[b]):
             row, pos = first[b] + i, ctx - q_lens[b] + i
             lo = max(0, pos + 1 - window) if window > 0 else 0
             keys = slots[lo - first_key : pos + 1 - first_key]
             _attend(
-                q, out, row, kh, k_cache, v_cache, keys, lo, scale, softcap, alibi, sinks, qh, scores, acc
+                q,
+                out,
+                row,
+                kh,
+                k_cache,
+                v_cache,
+                keys,
+                lo,
+                scale,
+                softcap,
+                alibi,
+                sinks,
+                qh,
+                scores,
+                acc,
+                sink_w,
             )

@@ -26,7 +26,6 @@ from blazr.models.gpt_oss_mxfp4 import mxfp4_experts
 from blazr.models.layers.attention import Attention
 from blazr.models.layers.moe import check_routing, stack_experts
 from blazr.models.layers.moe_oai import ClampedSwiGLUMoE
-from blazr.models.layers.stacked_experts import StackedExperts
 
 
 @dataclass
@@ -90,8 +89,6 @@ class Model(llama.Model):
         for name in [
             n for n in weights if n.endswith("mlp.experts.gate_up_proj") and len(weights[n].shape) == 3
         ]:
-            if isinstance(weights[name], StackedExperts):
-                continue
             w = host_array(weights[name])  # (E, D, 2F) as x @ W, gate and up columns interleaved
             if w.shape[1] == self.args.hidden_size:
                 w = w.transpose(0, 2, 1)  # (E, 2F, D)

@@ -93,10 +93,7 @@ class SparseMoE(Module):
         h = be.glu(gate_up[:, :f], gate_up[:, f:], self.act)  # (T k, F)
         # each (token, slot) row through its own expert: one expert per row
         out = be.matmul_experts(h, self.down_proj, ids.reshape(t * k, 1)).reshape(t, k, d)  # (T, k, D)
-        out = be.binary("mul", out, weights.reshape(t, k, 1))  # (T, k, D)
-        y = out[:, 0]  # (T, D)
-        for j in range(1, k):
-            y = be.binary("add", y, out[:, j])
+        y = weighted_sum(be, out, weights)  # (T, D)
         trace("ffn_moe_out", self.layer, y)
         if self.shared_expert is None:
             return y
@@ -115,22 +112,33 @@ class SparseMoE(Module):
             return be.upload(weights, "f32"), be.upload(ids)
         weights, ids = be.topk(be.softmax(logits), self.top_k)  # (T, k) each, largest first
         if self.norm_topk_prob:
-            weights = be.binary("div", weights, self._sum_columns(weights))  # (T, k)
+            weights = be.binary("div", weights, sum_columns(be, weights))  # (T, k)
         if r.scale != 1.0:
             weights = be.binary("mul", weights, r.scale)
         return weights, ids
-
-    def _sum_columns(self, a: Array) -> Array:
-        """a (T, k) -> (T, 1) row sums, from column slices (k is small; no reduction op needed)."""
-        total = a[:, 0:1]
-        for j in range(1, a.shape[1]):
-            total = self.be.binary("add", total, a[:, j : j + 1])
-        return total
 
     def _sigmoid(self, z: Array) -> Array:
         """sigmoid(z) = (1 + tanh(z / 2)) / 2: as accurate as tanh, and finite for any z (no exp to overflow)."""
         be = self.be
         return be.binary("mul", be.binary("add", be.act(be.binary("mul", z, 0.5), "tanh"), 1.0), 0.5)
+
+
+def sum_columns(be, a: Array) -> Array:
+    """a (T, k) -> (T, 1) row sums, from column slices (k is small; no reduction op needed)."""
+    total = a[:, 0:1]
+    for j in range(1, a.shape[1]):
+        total = be.binary("add", total, a[:, j : j + 1])
+    return total
+
+
+def weighted_sum(be, out: Array, weights: Array) -> Array:
+    """Each token's k expert outputs out (T, k, D) weighted by weights (T, k) and summed -> (T, D)."""
+    t, k, _ = out.shape
+    out = be.binary("mul", out, weights.reshape(t, k, 1))  # (T, k, D)
+    y = out[:, 0]  # (T, D)
+    for j in range(1, k):
+        y = be.binary("add", y, out[:, j])
+    return y
 
 
 def check_routing(experts: int, top_k: int, count_key: str) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 from blazr.models.base import Array, trace
 from blazr.models.layers.module import Module, Weight, weight
+from blazr.models.layers.moe import sum_columns, weighted_sum
 
 
 class ClampedSwiGLUMoE(Module):
@@ -49,10 +50,9 @@ class ClampedSwiGLUMoE(Module):
         t, d = x.shape
         logits = be.binary("add", be.matmul(x, self.router), self.router_bias)  # (T, E)
         weights, ids = be.topk(be.softmax(logits), k)  # (T, k) each, largest first
-        total = weights[:, 0:1]
-        for j in range(1, k):
-            total = be.binary("add", total, weights[:, j : j + 1])
-        weights = be.binary("div", weights, total)  # (T, k): a softmax over the k chosen logits
+        weights = be.binary(
+            "div", weights, sum_columns(be, weights)
+        )  # (T, k): a softmax over the k chosen logits
         trace("ffn_moe_weights", self.layer, weights)
         flat = ids.reshape(t * k)  # (T k,) each pair's expert
         gate_up = be.matmul_experts(x, self.gate_up_proj, ids).reshape(t * k, 2 * f)  # (T k, 2F)
@@ -63,9 +63,6 @@ class ClampedSwiGLUMoE(Module):
         h = be.glu(gate, up, "silu")  # (T k, F)
         out = be.matmul_experts(h, self.down_proj, ids.reshape(t * k, 1)).reshape(t * k, d)  # (T k, D)
         out = be.binary("add", out, be.embed(self.down_bias, flat)).reshape(t, k, d)  # (T, k, D)
-        out = be.binary("mul", out, weights.reshape(t, k, 1))  # (T, k, D)
-        y = out[:, 0]  # (T, D)
-        for j in range(1, k):
-            y = be.binary("add", y, out[:, j])
+        y = weighted_sum(be, out, weights)  # (T, D)
         trace("ffn_moe_out", self.layer, y)
         return y
