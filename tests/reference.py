@@ -277,18 +277,52 @@ def transpose(x):
     return _f64(x).T.copy()
 
 
-def ssm_scan(x, dt, A, B, C, D, state):
+def _sequences(seq_slots, q_lens, fresh):
+    """(slot, first row, rows, fresh) of each sequence laid back to back."""
+    lens = np.asarray(q_lens).tolist()
+    starts = np.cumsum([0, *lens]).tolist()
+    for i, slot in enumerate(np.asarray(seq_slots).tolist()):
+        yield slot, starts[i], lens[i], bool(fresh[i])
+
+
+_activation = act  # causal_conv1d's `act` argument hides the function
+
+
+def causal_conv1d(x, w, b, states, seq_slots, q_lens, fresh, act="silu"):
+    """Returns (out, new_states); `states` itself is left alone."""
+    x, w = _f64(x), _f64(w)
+    new_states = _f64(states).copy()  # (S, K-1, C)
+    k = w.shape[1]
+    out = np.zeros_like(x)  # (T, C)
+    for slot, start, n, new in _sequences(seq_slots, q_lens, fresh):
+        old = np.zeros_like(new_states[slot]) if new else new_states[slot]  # (K-1, C)
+        window = np.concatenate([old, x[start : start + n]])  # (K-1 + n, C)
+        for t in range(n):
+            out[start + t] = np.sum(w.T * window[t : t + k], axis=0)
+        new_states[slot] = window[n:]  # its last K-1 rows
+    if b is not None:
+        out += _f64(b)
+    return (out if act is None else _activation(out, act)), new_states
+
+
+def ssm_scan(x, dt, A, B, C, D, states, seq_slots, q_lens, fresh):
+    """Returns (y, new_states); `states` itself is left alone."""
     x, dt, A, B, C, D = (_f64(a) for a in (x, dt, A, B, C, D))
-    state = _f64(state).copy()
-    t_len, n_heads, _ = x.shape
+    new_states = _f64(states).copy()  # (S, H, P, N)
+    n_heads = x.shape[1]
     heads_per_group = n_heads // B.shape[1]
-    y = np.zeros_like(x)
-    for t in range(t_len):
-        for h in range(n_heads):
-            g = h // heads_per_group
-            state[h] = np.exp(dt[t, h] * A[h]) * state[h] + dt[t, h] * np.outer(x[t, h], B[t, g])
-            y[t, h] = state[h] @ C[t, g] + D[h] * x[t, h]
-    return y, state
+    rates = A[:, None] if A.ndim == 1 else A  # (H, 1) or (H, N)
+    y = np.zeros_like(x)  # (T, H, P)
+    for slot, start, n, new in _sequences(seq_slots, q_lens, fresh):
+        state = np.zeros_like(new_states[slot]) if new else new_states[slot].copy()  # (H, P, N)
+        for t in range(start, start + n):
+            for h in range(n_heads):
+                g = h // heads_per_group
+                decay = np.exp(dt[t, h] * rates[h])  # (1,) or (N,)
+                state[h] = decay * state[h] + dt[t, h] * np.outer(x[t, h], B[t, g])
+                y[t, h] = state[h] @ C[t, g] + D[h] * x[t, h]
+        new_states[slot] = state
+    return y, new_states
 
 
 # ---- speech synthesis -------------------------------------------------------------------------------

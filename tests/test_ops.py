@@ -1,5 +1,6 @@
 """Every op in OPS on every available backend, over a shape grid with sizes 1, 7, 33 and 4097, against the
-float64 reference in tests/reference.py, within the table in tests/tolerances.py."""
+float64 reference in tests/reference.py, within the table in tests/tolerances.py. The state-space-model ops
+(causal_conv1d, ssm_scan) are tested in tests/test_ops_ssm.py."""
 
 from __future__ import annotations
 
@@ -663,19 +664,6 @@ def test_transpose(backend, rng, m, n):
     x = normal(rng, m, 2 * n)
     got = backend.download(backend.transpose(backend.upload(x)[:, n:]))  # a device view, row stride 2n
     assert np.array_equal(got, x[:, n:].T)
-
-
-@pytest.mark.parametrize("t,h,p,g,n", [(1, 1, 1, 1, 1), (7, 4, 3, 2, 5), (33, 6, 4, 3, 8)])
-def test_ssm_scan(backend, rng, t, h, p, g, n):
-    dt = np.log1p(np.exp(normal(rng, t, h))).astype(np.float32)  # softplus'ed, as the contract says
-    a = -np.exp(normal(rng, h))
-    args = normal(rng, t, h, p), dt, a, normal(rng, t, g, n), normal(rng, t, g, n), normal(rng, h)
-    state = normal(rng, h, p, n)
-    y, final = call(backend, "ssm_scan", *args, state)
-    want_y, want_state = reference.ssm_scan(*args, state)
-    assert y.dtype == np.float32 and final.dtype == np.float32
-    assert_close("ssm_scan", "f32", y, want_y)
-    assert_close("ssm_scan", "f32", final, want_state)
 
 
 SINK_CASES = {

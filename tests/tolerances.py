@@ -33,7 +33,10 @@ TOLERANCES: dict[tuple[str, str], tuple[float, float]] = {
     # HiFi-GAN's upsamplers sum ~1000 float32 products into each unit-sized output: ~2e-6 (BLAS), ~5e-6 (wgpu)
     ("conv_transpose1d", "f32"): (1e-5, 1e-5),
     ("transpose", "f32"): (0.0, 0.0),  # a copy: exact
-    ("ssm_scan", "f32"): F32,
+    # each output sums N (128 in Mamba2) float32 products state * C of unit-sized terms that cancel: ~2e-6
+    # absolute where the sum is small
+    ("ssm_scan", "f32"): (1e-5, 1e-5),
+    ("causal_conv1d", "f32"): F32,
     # the recurrence carries each step's float32 rounding into the next: ~1e-6 after tens of steps
     ("lstm", "f32"): (1e-5, 1e-5),
     # spectra compared as re/im parts: sums of N windowed float32 products of unit-sized samples

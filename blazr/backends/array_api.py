@@ -16,6 +16,7 @@ import numpy as np
 from blazr.backends.array_api_conv import ConvOps
 from blazr.backends.array_api_relative import RelativeAttentionOps
 from blazr.backends.array_api_speech import SpeechOps
+from blazr.backends.array_api_ssm import SSMOps
 from blazr.backends.base import ACTIVATIONS, BINARY_OPS, BINARY_UFUNCS, OPS, ROPE_STYLES, Array, SampleParams
 from blazr.errors import ConfigError, UnsupportedError
 
@@ -26,7 +27,7 @@ _ERF_P = 0.3275911
 _ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 
 
-class ArrayAPIBackend(ConvOps, RelativeAttentionOps, SpeechOps):
+class ArrayAPIBackend(ConvOps, RelativeAttentionOps, SpeechOps, SSMOps):
     """Shared numpy/CuPy implementation of the backend contract."""
 
     xp: Any = np  # the array module
@@ -445,27 +446,9 @@ class ArrayAPIBackend(ConvOps, RelativeAttentionOps, SpeechOps):
         cand = xp.nonzero(x >= kth)[0]  # ascending ids, so the stable sort below keeps ties by id
         return cand[xp.argsort(-x[cand], kind="stable")]
 
-    # ---- sequence (conv1d, conv_transpose1d: array_api_conv.ConvOps) ---------------------------------
+    # ---- sequence (conv1d, conv_transpose1d: array_api_conv.ConvOps; causal_conv1d, ssm_scan: SSMOps) -----
     def transpose(self, x: Array) -> Array:
         return self.xp.ascontiguousarray(x.T)  # (N, M)
-
-    def ssm_scan(
-        self, x: Array, dt: Array, A: Array, B: Array, C: Array, D: Array, state: Array
-    ) -> tuple[Array, Array]:
-        xp = self.xp
-        t_len, h, _ = x.shape
-        group = xp.arange(h) // (h // B.shape[1])  # (H,) group of each head
-        Bh, Ch = B[:, group], C[:, group]  # (T, H, N) each
-        decay = xp.exp(dt * A)  # (T, H)
-        dx = dt[:, :, None] * x  # (T, H, P)
-        state = state.copy()  # (H, P, N); the caller's state is an input, never mutated
-        y = xp.empty_like(x)  # (T, H, P)
-        for t in range(t_len):
-            state *= decay[t][:, None, None]
-            state += dx[t][:, :, None] * Bh[t][:, None, :]
-            y[t] = xp.matmul(state, Ch[t][:, :, None])[..., 0]
-        y += D[:, None] * x
-        return y, state
 
     # ---- capability ---------------------------------------------------------------------------------
     def kernels_own_threads(self) -> AbstractContextManager:

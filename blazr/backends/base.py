@@ -9,7 +9,8 @@ Conventions for every op:
   * activations are row-major, tokens first: x (T, D), q/k/v (T, H, Dh);
   * dense weights keep the Hugging Face layout (out_features, in_features), so matmul computes x @ w.T;
   * integer index arrays (ids, positions, slots, block tables, lengths) are int32;
-  * ops never mutate their inputs, except kv_write, which writes the cache in place.
+  * ops never mutate their inputs, except kv_write, which writes the cache in place, and causal_conv1d and
+    ssm_scan, which write their per-sequence state slots in place.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ OPS: tuple[str, ...] = (
     "conv1d",
     "conv_transpose1d",
     "ssm_scan",
+    "causal_conv1d",
     # layout
     "transpose",
     # speech synthesis (Kokoro / iSTFTNet)
@@ -270,16 +272,50 @@ class Backend(Protocol):
         pre_act (a kind of ACTIVATIONS, slope as for act) is applied to x first (HiFi-GAN's LeakyReLU before
         each upsampler, fused so that the activated input is never stored apart)."""
 
-    def ssm_scan(
-        self, x: Array, dt: Array, A: Array, B: Array, C: Array, D: Array, state: Array
-    ) -> tuple[Array, Array]:
-        """Mamba2 selective scan over T steps for one sequence.
+    def causal_conv1d(
+        self,
+        x: Array,
+        w: Array,
+        b: Array | None,
+        states: Array,
+        seq_slots: Array,
+        q_lens: Array,
+        fresh: Array,
+        act: str | None = "silu",
+    ) -> Array:
+        """Depthwise causal convolution of B sequences laid back to back, each carrying its last K-1 inputs from
+        call to call in a state slot (Mamba's conv1d). x (T, C): sequence i's q_lens[i] new rows in order
+        (sum q_lens = T; a length may be 0); w (C, K); b (C,) or None; states (S, K-1, C), written in place;
+        seq_slots (B,) int32 the slot of each sequence; fresh (B,) int32, 1 where the sequence starts in this
+        call (its slot's old content reads as zeros). With window = [old state rows (K-1), new rows] of a
+        sequence, out[t, c] = act(b[c] + sum_j w[c, j] window[t + j, c]) (act a kind of ACTIVATIONS, or None);
+        afterwards the slot holds the window's last K-1 rows. Returns out (T, C).
 
-        x (T, H, P), dt (T, H) (already softplus'ed), A (H,), B (T, G, N), C (T, G, N), D (H,),
-        state (H, P, N). Head h uses group h // (H // G). For each t:
-        state = exp(dt*A) * state + dt * x[t] outer B[t];  y[t] = state @ C[t] + D * x[t].
-        Returns y (T, H, P) and the final state (H, P, N).
-        """
+        states are float32 whatever the activations' dtype. A slot outside [0, S) raises IndexError where the
+        backend can tell without a device read; two sequences of one call must not share a slot."""
+
+    def ssm_scan(
+        self,
+        x: Array,
+        dt: Array,
+        A: Array,
+        B: Array,
+        C: Array,
+        D: Array,
+        states: Array,
+        seq_slots: Array,
+        q_lens: Array,
+        fresh: Array,
+    ) -> Array:
+        """Selective scan of B sequences laid back to back (Mamba2's SSD recurrence, and Mamba 1's with P = 1).
+        x (T, H, P), dt (T, H) (already softplus'ed), A (H,) or (H, N) (Mamba 1: a decay rate per state),
+        B and C (T, G, N), D (H,), states (S, H, P, N) float32, written in place; seq_slots, q_lens, fresh as
+        for causal_conv1d. Head h reads group h // (H // G). Per sequence, from its slot's state (zeros when
+        fresh), for each of its rows t:  state[h, p, n] = exp(dt[t, h] A[h(, n)]) state[h, p, n]
+        + dt[t, h] x[t, h, p] B[t, g, n];  y[t, h, p] = sum_n state[h, p, n] C[t, g, n] + D[h] x[t, h, p].
+        The slot keeps the final state. Returns y (T, H, P).
+
+        The state is float32 and accumulated in float32 whatever the activations' dtype (wgpu f16)."""
 
     # ---- layout -------------------------------------------------------------------------------------
     def transpose(self, x: Array) -> Array:

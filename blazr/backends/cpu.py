@@ -2,12 +2,14 @@
 
 Quantized GGUF weights stay packed (blazr.quant.QuantWeight): matmul and embed read the blocks with the
 numba kernels of blazr.quant.cpu_kernels when numba is installed, else with the numpy reference path.
-With numba, RMSNorm, RoPE, KV writes and decode attention run as one-pass kernels (blazr.backends.cpu_ops).
+With numba, RMSNorm, RoPE, KV writes and decode attention run as one-pass kernels (blazr.backends.cpu_ops),
+and the state-space-model ops as blazr.backends.cpu_ssm's.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import math
 from contextlib import AbstractContextManager, nullcontext
 
 import numpy as np
@@ -282,6 +284,57 @@ class Backend(ArrayAPIBackend):
         kind = cpu_conv.NO_ACT if pre_act is None else ACTIVATIONS.index(pre_act)
         return cpu_conv.conv_transpose1d(x, w, b, stride, pad, kind, slope)
 
+    def causal_conv1d(self, x, w, b, states, seq_slots, q_lens, fresh, act="silu") -> Array:
+        if (
+            self._ops is None
+            or not _all_f32(x, w, b, states)
+            or not _all_i32(seq_slots, q_lens, fresh)
+            or x.ndim != 2
+            or not states.flags.c_contiguous
+            or (act is not None and act not in ACTIVATIONS)
+        ):
+            return super().causal_conv1d(x, w, b, states, seq_slots, q_lens, fresh, act)
+        from blazr.backends import cpu_ssm
+        from blazr.backends.array_api_ssm import check_conv_shapes
+
+        check_conv_shapes(x, w, b, states)
+
+        out = np.empty(x.shape, dtype=np.float32)  # (T, C)
+        kind = cpu_ssm.NO_ACT if act is None else ACTIVATIONS.index(act)
+        bias = cpu_ssm.NO_BIAS if b is None else b
+        cpu_ssm.causal_conv1d(np.ascontiguousarray(x), w, bias, states, seq_slots, q_lens, fresh, kind, out)
+        return out
+
+    def ssm_scan(self, x, dt, A, B, C, D, states, seq_slots, q_lens, fresh) -> Array:
+        if (
+            self._ops is None
+            or not _all_f32(x, dt, A, B, C, D, states)
+            or not _all_i32(seq_slots, q_lens, fresh)
+            or x.ndim != 3
+            or A.ndim not in (1, 2)
+            or not states.flags.c_contiguous
+        ):
+            return super().ssm_scan(x, dt, A, B, C, D, states, seq_slots, q_lens, fresh)
+        from blazr.backends import cpu_ssm
+        from blazr.backends.array_api_ssm import check_scan_shapes
+
+        check_scan_shapes(x, dt, A, B, C, D, states)
+
+        # contiguous inputs (x, B and C are often views of one projection's rows): one compiled layout, so a
+        # decode row (contiguous by chance) and a prompt's rows take the same code
+        x, dt, B, C = (np.ascontiguousarray(v) for v in (x, dt, B, C))
+        rates = np.ascontiguousarray(A.reshape(A.shape[0], -1))  # (H, 1) or (H, N)
+        y = np.empty(x.shape, dtype=np.float32)  # (T, H, P)
+        # numba's pool where the model's matmuls already run on it (see cpu_ssm); the same numbers either way
+        args = (x, dt, rates, B, C, D, states, seq_slots, q_lens, fresh, y)
+        if self._numba_pool and x.shape[0] * math.prod(states.shape[1:]) >= cpu_ssm.PARALLEL_SCAN_WORK:
+            from numba import get_num_threads
+
+            cpu_ssm.ssm_scan_parallel(*args, 4 * get_num_threads())
+        else:
+            cpu_ssm.ssm_scan_serial(*args)
+        return y
+
     def layer_norm(self, x: Array, w: Array, b: Array | None, eps: float) -> Array:
         if self._ops is None or x.dtype != np.float32 or w.dtype != np.float32 or x.ndim != 2:
             return super().layer_norm(x, w, b, eps)
@@ -428,6 +481,11 @@ class Backend(ArrayAPIBackend):
 def _all_f32(*arrays) -> bool:
     """Every array given (None skipped) a numpy float32 array."""
     return all(a is None or (isinstance(a, np.ndarray) and a.dtype == np.float32) for a in arrays)
+
+
+def _all_i32(*arrays) -> bool:
+    """Every array given a numpy int32 array."""
+    return all(isinstance(a, np.ndarray) and a.dtype == np.int32 for a in arrays)
 
 
 def _int8_gemm_available() -> bool:

@@ -1,5 +1,6 @@
-"""The wgpu backend's selection and sequence ops (topk, sample, conv1d, conv_transpose1d, transpose, ssm_scan),
-and attention_relative (VITS's text encoder), as a mixin of Backend.
+"""The wgpu backend's selection and sequence ops (topk, sample, conv1d, conv_transpose1d, transpose), the
+state-space-model ops (causal_conv1d, ssm_scan) and attention_relative (VITS's text encoder), as a mixin of
+Backend.
 
 Sampling: greedy rows are an argmax on the GPU and only the ids come back. Other rows take their top
 candidates (topk.wgsl) and the row's max and softmax denominator (sample.wgsl row_stats) on the GPU; the
@@ -9,11 +10,15 @@ candidates (a very flat distribution) falls back to the numpy backend on that ro
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from blazr.backends.array_api import _pick
-from blazr.backends.base import Array, SampleParams
-from blazr.errors import UnsupportedError
+from blazr.backends.array_api_ssm import check_conv_shapes, check_scan_shapes, sequence_spans
+from blazr.backends.base import ACTIVATIONS, Array, SampleParams
+from blazr.backends.wgpu_array import WgpuArray
+from blazr.errors import ConfigError, UnsupportedError
 
 _CANDIDATES = 64  # candidates per row when top_k does not bound them (the numpy backend's first prefix)
 _MAX_RELATIVE_DIM = 256  # attention_relative.wgsl keeps one query in workgroup memory (MAX_D)
@@ -168,16 +173,93 @@ class SelectionSequenceOps:
         # a strided view of the same buffer, made contiguous by the copy kernel
         return self.contiguous(x.view((n, m), strides=(cols, rows)), force=True)  # (N, M)
 
+    # ---- state-space models -------------------------------------------------------------------------
+    def causal_conv1d(
+        self,
+        x: Array,
+        w: Array,
+        b: Array | None,
+        states: Array,
+        seq_slots: Array,
+        q_lens: Array,
+        fresh: Array,
+        act: str | None = "silu",
+    ) -> Array:
+        if act is not None and act not in ACTIVATIONS:
+            raise ConfigError(f"activation {act!r} is unknown; use one of {ACTIVATIONS}")
+        self._check_states(states, "causal_conv1d")
+        check_conv_shapes(x, w, b, states)
+        # rows of a wider projection (Mamba's in_proj) are read in place
+        x = x if x.rows_contiguous and not self._f16x2(x) else self.contiguous(x)
+        w = self.contiguous(w, x.dtype)
+        t_len, channels = x.shape
+        out = self.empty((t_len, channels), x.dtype)  # (T, C)
+        table = self._sequence_table(seq_slots, q_lens, fresh, t_len, states.shape[0])
+        if table.shape[0] and channels:
+            bias = w if b is None else self.contiguous(b, x.dtype)  # any buffer fills the unused binding
+            params = {"channels": channels, "k": w.shape[1], "has_bias": int(b is not None)}
+            params["x_stride"] = x.row_stride
+            arrays = {"x": x, "w": w, "b": bias, "seqs": table, "states": states, "out": out}
+            kind = {"KIND": 0 if act is None else ACTIVATIONS.index(act), "HAS_ACT": int(act is not None)}
+            grid = (-(-channels // self.WG), table.shape[0], 1)
+            self._run("causal_conv1d", arrays, params, grid, aliases=(("T", x.dtype),), **kind)
+        return out
+
     def ssm_scan(
-        self, x: Array, dt: Array, A: Array, B: Array, C: Array, D: Array, state: Array
-    ) -> tuple[Array, Array]:
+        self,
+        x: Array,
+        dt: Array,
+        A: Array,
+        B: Array,
+        C: Array,
+        D: Array,
+        states: Array,
+        seq_slots: Array,
+        q_lens: Array,
+        fresh: Array,
+    ) -> Array:
+        self._check_states(states, "ssm_scan")
+        check_scan_shapes(x, dt, A, B, C, D, states)
         dtype = x.dtype
-        x, dt, a, b, c, d, state = (self.contiguous(v, dtype) for v in (x, dt, A, B, C, D, state))
-        steps, heads, p = x.shape
-        y, new_state = self.empty(x.shape, dtype), self.empty(state.shape, dtype)  # (T, H, P), (H, P, N)
-        if new_state.size:
-            params = {"steps": steps, "heads": heads, "p": p, "groups": b.shape[1], "n": state.shape[2]}
-            arrays = {"x": x, "dt": dt, "a": a, "b": b, "c": c, "d": d, "state": state}
-            arrays |= {"y": y, "new_state": new_state}
-            self._run("ssm_scan", arrays, params, (-(-(heads * p) // 64), 1, 1))
-        return y, new_state
+        x, dt, b, c = (self.contiguous(v, dtype) for v in (x, dt, B, C))
+        a, d = self.contiguous(A, "f32"), self.contiguous(D, "f32")  # (H,) or (H, N), (H,): f32 always
+        t_len, heads, p = x.shape
+        y = self.empty((t_len, heads, p), dtype)  # (T, H, P)
+        table = self._sequence_table(seq_slots, q_lens, fresh, t_len, states.shape[0])
+        if table.shape[0] and heads * p:
+            params = {"heads": heads, "p": p, "groups": b.shape[1], "n": b.shape[2]}
+            params["a_cols"] = 1 if a.ndim == 1 else a.shape[1]
+            arrays = {
+                "x": x,
+                "dt": dt,
+                "a": a,
+                "b": b,
+                "c": c,
+                "d": d,
+                "seqs": table,
+                "states": states,
+                "y": y,
+            }
+            grid = (-(-(heads * p) // self.WG), table.shape[0], 1)
+            self._run("ssm_scan", arrays, params, grid, aliases=(("T", dtype),))
+        return y
+
+    def _check_states(self, states: Array, op: str) -> None:
+        """The ops write states in place, so they take no copy: a dense f32 array only."""
+        if not isinstance(states, WgpuArray) or states.dtype != "f32" or not states.contiguous:
+            raise UnsupportedError(f"{op}: states must be a dense f32 array on device {self.name}")
+
+    def _sequence_table(self, seq_slots, q_lens, fresh, t_len: int, n_slots: int) -> WgpuArray:
+        """(B, 4) int32 [slot, first row, rows, fresh] of each sequence, checked against the T rows and S slots
+        (sequence_spans) on the host: from the arrays' host copies, kept at upload, else one read-back. Every
+        layer of a step passes the same three arrays, so the last table is kept while they are the same
+        objects (held here, so their ids cannot be reused meanwhile)."""
+        key = (seq_slots, q_lens, fresh)
+        cached = getattr(self, "_sequence_cache", None)
+        if cached is not None and cached[1] == (t_len, n_slots) and all(map(operator.is_, cached[0], key)):
+            return cached[2]
+        lists = [(a.host if a.host is not None else self.download(a)).reshape(-1).tolist() for a in key]
+        spans = sequence_spans(t_len, n_slots, *lists)
+        table = self.upload(np.array(spans, dtype=np.int32).reshape(-1, 4))
+        self._sequence_cache = (key, (t_len, n_slots), table)
+        return table

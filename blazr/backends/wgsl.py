@@ -19,6 +19,7 @@ from blazr.errors import UnsupportedError
 LIBRARIES: dict[str, tuple[str, ...]] = {
     "act": ("activations",),
     "glu": ("activations",),
+    "causal_conv1d": ("activations",),
     **{
         op: ("reduce",)
         for op in ("rms_norm", "add_rms_norm", "layer_norm", "softmax", "attention", "topk", "sample")
