@@ -1,6 +1,8 @@
 """One benchmark measurement in a fresh process; prints one JSON line. Run by bench_cpu.py.
 
-python cpu_worker.py blazr|llama.cpp MODEL.gguf ttft|prefill128|prefill512|decode128 THREADS
+python cpu_worker.py blazr|llama.cpp MODEL.gguf ttft|prefill128|prefill512|decode128|decode128@4096 THREADS
+
+decode128@N: 128 decode steps after a prompt of N tokens (a state-space model's step cost is flat in N).
 """
 
 from __future__ import annotations
@@ -19,11 +21,16 @@ def long_prompt(n: int, first: int = 100) -> list[int]:
     return [first + (i * 7919) % 40000 for i in range(n)]
 
 
+def context_of(task: str) -> int:
+    """The context a task needs: decode128@N's prompt plus its steps, else 2048."""
+    return int(task.split("@")[1]) + DECODE_TOKENS + 8 if "@" in task else 2048
+
+
 class Blazr:
-    def __init__(self, model: str, threads: int):
+    def __init__(self, model: str, threads: int, num_ctx: int = 2048):
         import blazr
 
-        self.llm = blazr.load(model, num_ctx=2048)
+        self.llm = blazr.load(model, num_ctx=num_ctx)
 
     def first_token(self) -> None:
         next(iter(self.llm.stream(PROMPT, temperature=0, max_tokens=1)))
@@ -32,18 +39,18 @@ class Blazr:
         self.llm.generate(ids, temperature=0, max_tokens=1)
         return self.llm.last_stats.prefill_seconds
 
-    def decode(self) -> float:
+    def decode(self, prompt: list[int] = PROMPT) -> float:
         # DECODE_TOKENS + 1 tokens: the first comes from the prefill, the rest are timed decode steps
-        self.llm.generate(PROMPT, temperature=0, max_tokens=DECODE_TOKENS + 1, ignore_eos=True)
+        self.llm.generate(prompt, temperature=0, max_tokens=DECODE_TOKENS + 1, ignore_eos=True)
         return self.llm.last_stats.decode_seconds
 
 
 class LlamaCpp:
-    def __init__(self, model: str, threads: int):
+    def __init__(self, model: str, threads: int, num_ctx: int = 2048):
         from llama_cpp import Llama
 
         self.llm = Llama(
-            model, n_ctx=2048, n_batch=512, n_threads=threads, n_threads_batch=threads, verbose=False
+            model, n_ctx=num_ctx, n_batch=512, n_threads=threads, n_threads_batch=threads, verbose=False
         )
 
     def _next(self) -> int:
@@ -65,9 +72,9 @@ class LlamaCpp:
         self._next()
         return time.perf_counter() - t
 
-    def decode(self) -> float:
+    def decode(self, prompt: list[int] = PROMPT) -> float:
         self.llm.reset()
-        self.llm.eval(PROMPT)
+        self.llm.eval(prompt)
         tok = self._next()
         t = time.perf_counter()
         for _ in range(DECODE_TOKENS):
@@ -78,7 +85,7 @@ class LlamaCpp:
 
 def main() -> None:
     runtime, model, task, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    rt = (Blazr if runtime == "blazr" else LlamaCpp)(model, threads)
+    rt = (Blazr if runtime == "blazr" else LlamaCpp)(model, threads, context_of(task))
     result: dict = {}
     if task == "ttft":
         rt.first_token()
@@ -92,6 +99,8 @@ def main() -> None:
         rt.prefill(long_prompt(n, first=101))
         if task.startswith("prefill"):
             result[f"{task}_tok_s"] = n / rt.prefill(long_prompt(n))
+        elif "@" in task:
+            result["decode_tok_s"] = DECODE_TOKENS / rt.decode(long_prompt(int(task.split("@")[1])))
         else:
             result["decode_tok_s"] = DECODE_TOKENS / rt.decode()
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -122,12 +122,15 @@ def test_wgpu_upload_splits_between_whole_experts(rng, monkeypatch):
 
 # ---- whole models: a MoE GGUF with quantized experts against its dequantized self --------------------------
 
-MOE = ("mixtral", "qwen2_moe", "olmoe", "qwen3_moe", "granitemoe")
+MOE = ("mixtral", "qwen2_moe", "olmoe", "qwen3_moe", "granitemoe", "granitemoehybrid")
 
 
-def requantized_gguf(src, dst, experts_type: str, dequantized: bool, down_type: str | None = None) -> None:
-    """Copy GGUF src to dst with the expert tensors (`*_exps`) quantized to experts_type (the down projection
-    to down_type when given); with `dequantized`, stored back as the F32 values those blocks decode to."""
+def requantized_gguf(
+    src, dst, experts_type: str, dequantized: bool, down_type: str | None = None, suffixes=("_exps.weight",)
+) -> None:
+    """Copy GGUF src to dst with the expert tensors (`*_exps`, or the names ending in `suffixes`) quantized to
+    experts_type (the down projection to down_type when given); with `dequantized`, stored back as the F32
+    values those blocks decode to."""
     import gguf
 
     reader = gguf.GGUFReader(src)
@@ -139,7 +142,7 @@ def requantized_gguf(src, dst, experts_type: str, dequantized: bool, down_type: 
         writer.add_key_value(field.name, field.contents(), field.types[0], sub)
     for t in reader.tensors:
         data = np.array(t.data)
-        if not t.name.endswith("_exps.weight"):
+        if not t.name.endswith(suffixes):
             writer.add_tensor(
                 t.name, data, raw_shape=list(reversed(t.shape.tolist())), raw_dtype=t.tensor_type
             )

@@ -16,6 +16,7 @@ from blazr.engine.prefix_cache import block_key, extend_block_keys
 from blazr.engine.request import FinishReason, Request, SamplingParams
 from blazr.engine.sampling import make_rng
 from blazr.engine.scheduler import QueueFullError, ScheduledBatch, Scheduler
+from blazr.engine.state_pool import StatePool
 
 VOCAB = 50
 
@@ -47,6 +48,32 @@ class FakeRunner:
         return sampled
 
 
+class FakeStateRunner(FakeRunner):
+    """A recurrent model: each state slot holds every token its sequence fed so far (a state-space layer's
+    state, which depends on all of them); the next token comes from that state alone, never from the KV slots.
+    A slot that two sequences share, or one not started afresh at position 0, changes the output."""
+
+    def __init__(self, num_blocks: int, block_size: int, num_slots: int):
+        super().__init__(num_blocks, block_size)
+        self.states: list[list[int] | None] = [None] * num_slots
+
+    def execute(self, batch: ScheduledBatch) -> dict[Request, int]:
+        slots = [seq.state_slot for seq in batch.seqs]
+        assert None not in slots and len(set(slots)) == len(slots), "state slots missing or shared in a step"
+        sampled = {}
+        for seq in batch.seqs:
+            if seq.start == 0:
+                self.states[seq.state_slot] = []
+            state = self.states[seq.state_slot]
+            assert state is not None and len(state) == seq.start, (
+                "a state that does not hold the sequence so far"
+            )
+            state.extend(seq.token_ids)
+            if seq.sample:
+                sampled[seq.request] = next_token(state)
+        return sampled
+
+
 def reference(prompt: list[int], max_tokens: int, num_ctx: int) -> list[int]:
     ids, out = list(prompt), []
     while True:
@@ -62,6 +89,14 @@ def make_request(rid: str, prompt: list[int], max_tokens: int = 8) -> Request:
 
 
 def make_scheduler(num_blocks=16, block_size=4, num_ctx=32, max_seqs=4, budget=64, **kw):
+    """A scheduler and its fake runner; states=True: a recurrent model's (state slots, no prefix cache)."""
+    if kw.pop("states", False):
+        kv = KVCacheManager(BlockPool(num_blocks, block_size), enable_prefix_cache=False)
+        kw.pop("prefix", None)
+        scheduler = Scheduler(
+            kv, num_ctx, max_seqs, max_num_batched_tokens=budget, states=StatePool(max_seqs), **kw
+        )
+        return scheduler, FakeStateRunner(num_blocks, block_size, max_seqs)
     kv = KVCacheManager(BlockPool(num_blocks, block_size), kw.pop("prefix", True))
     return Scheduler(kv, num_ctx, max_seqs, max_num_batched_tokens=budget, **kw), FakeRunner(
         num_blocks, block_size
@@ -202,6 +237,7 @@ def schedules(draw):
         "budget": draw(st.integers(1, 20)),
         "prefill_chunk": draw(st.one_of(st.none(), st.integers(1, 6))),
         "prefix": draw(st.booleans()),
+        "states": draw(st.booleans()),
     }
     reqs = []
     for i in range(draw(st.integers(1, 8))):
@@ -230,11 +266,15 @@ def test_random_schedules_match_the_reference_and_free_every_block(plan):
         if batch is not None:
             assert sum(len(s.token_ids) for s in batch.seqs) <= config["budget"]
             assert len(scheduler.running) <= config["max_seqs"]
+            if config["states"]:
+                assert set(scheduler.states.holders()) == set(scheduler.running)
             scheduler.update(batch, runner.execute(batch))
         scheduler.kv.pool.check_consistent(scheduler.kv.holders())
         step += 1
         assert step < 2000
     assert scheduler.kv.pool.num_free == config["num_blocks"]  # no leak
+    if config["states"]:
+        assert scheduler.states.num_free == config["max_seqs"] and not scheduler.states.holders()
     for rid, prompt, max_tokens, _, _ in reqs:
         request, expected = made[rid], reference(prompt, max_tokens, config["num_ctx"])
         if request.finish_reason is FinishReason.ABORT:

@@ -232,13 +232,13 @@ def from_bf16_bits(b: np.ndarray) -> np.ndarray:
 # mixture-of-experts routers (Mixtral's block_sparse_moe.gate, Qwen2-MoE's shared_expert_gate, Granite-MoE's
 # block_sparse_moe.router.layer, GPT-OSS's mlp.router) and GPT-OSS's 2-D expert biases: F32 in llama.cpp
 _GGUF_F32_NAMES = re.compile(
-    r"((\.gate|shared_expert_gate|\.router\.layer|\.router)\.weight|experts\.\w+[._]bias)$"
+    r"((\.gate|shared_expert_gate|\.router\.layer|\.router)\.weight|experts\.\w+[._]bias|conv1d\.weight|(mixer|mamba)\.(A|A_log|D|norm\.weight))$"
 )
 
 
 def gguf_keeps_f32(shape: tuple[int, ...], name: str = "") -> bool:
-    """llama.cpp's converter keeps 1-D tensors (norms, biases) and MoE routers (ffn_gate_inp, ffn_gate_inp_shexp)
-    in F32 even in an F16 file."""
+    """llama.cpp's converter keeps 1-D tensors (norms, biases), MoE routers (ffn_gate_inp, ffn_gate_inp_shexp) and
+    Mamba's conv1d, A and D (ssm_conv1d, ssm_a, ssm_d) in F32 even in an F16 file."""
     return len(shape) <= 1 or bool(_GGUF_F32_NAMES.search(name))
 
 

@@ -25,7 +25,9 @@ from blazr.engine.scheduler import Scheduler
 from blazr.engine.slots import SlotStore
 from blazr.engine.spec.config import build_drafter
 from blazr.engine.spec.draft import SpecStats
+from blazr.engine.state_pool import StatePool
 from blazr.errors import ConfigError
+from blazr.models.cache import is_stateful
 
 
 @dataclass
@@ -85,6 +87,15 @@ class Engine:
         self.backend = backend
         self.num_ctx = num_ctx
         self.vocab_size = model.args.vocab_size
+        stateful = is_stateful(model)
+        if stateful and speculative is not None:
+            raise ConfigError(
+                "speculative decoding is not supported for models with state-space (Mamba) layers: a rejected "
+                "draft would have to roll their recurrent state back; leave speculative decoding off"
+            )
+        # a cached block's keys say nothing of the recurrent state after it: models with state-space layers
+        # recompute every prompt (docs/architecture.md, "State-space models")
+        enable_prefix_cache = enable_prefix_cache and not stateful
         blocks = kv_pool_blocks(model, num_ctx, block_size, max_seqs, num_blocks, kv_cache_bytes)
         self.pool = BlockPool(blocks, block_size)
         self.kv = KVCacheManager(self.pool, enable_prefix_cache)
@@ -107,8 +118,9 @@ class Engine:
             max_num_batched_tokens,
             max_waiting,
             self.drafter,
+            StatePool(max_seqs) if stateful else None,
         )
-        self.runner = ModelRunner(model, backend, blocks, block_size)
+        self.runner = ModelRunner(model, backend, blocks, block_size, max_seqs)
         self.loras = LoraRegistry(model)  # adapters requests pick by SamplingParams.lora_adapter
         self.slots = SlotStore(self.kv, model, backend, self.runner.cache)  # SamplingParams.slot_id
         self._text: dict[Request, _TextState] = {}  # sequences not yet reported finished

@@ -16,12 +16,15 @@ from blazr.engine.scheduler import ScheduledBatch
 from blazr.engine.spec.verify import Verifier, draft_of
 from blazr.errors import ConfigError
 from blazr.models.batch import ForwardBatch
+from blazr.models.cache import SSMStateCache, is_stateful
 
 
 def cache_bytes_per_block(model: Any, block_size: int) -> int:
     """Bytes one KV block takes over all layers, measured on a one-block cache from the model itself."""
     total, seen = 0, set()
-    for pair in model.make_cache(1, block_size):
+    for pair in make_cache(model, 1, block_size, 1):
+        if isinstance(pair, SSMStateCache):
+            continue  # per sequence, not per block
         for array in pair:
             # one array may serve as keys and values (multi-head latent attention): counted once
             if array is not None and id(array) not in seen:
@@ -89,6 +92,14 @@ def kv_pool_blocks(
     return num_blocks
 
 
+def make_cache(model: Any, num_blocks: int, block_size: int, num_seqs: int) -> list:
+    """The model's per-layer cache entries: paged KV over num_blocks blocks, and num_seqs state slots when the
+    model keeps recurrent state."""
+    if is_stateful(model):
+        return model.make_cache(num_blocks, block_size, num_seqs=num_seqs)
+    return model.make_cache(num_blocks, block_size)
+
+
 def build_forward_batch(batch: ScheduledBatch, block_size: int) -> ForwardBatch:
     """Lay the batch's sequences back to back; logits rows are the last token of each sequence that samples,
     preceded by one row per draft token when it speculates (or the last row of the last sequence when none
@@ -110,6 +121,9 @@ def build_forward_batch(batch: ScheduledBatch, block_size: int) -> ForwardBatch:
     sampling = [b for b, s in enumerate(seqs) if s.sample]
     rows = [np.arange(ends[b] - 1 - len(draft_of(seqs[b])), ends[b]) for b in sampling] or [ends[-1:] - 1]
     adapters = tuple(s.request.adapter for s in seqs)  # (B,) LoraAdapter or None
+    state_slots = None
+    if seqs[0].state_slot is not None:
+        state_slots = np.array([s.state_slot for s in seqs], dtype=np.int32)  # (B,)
     return ForwardBatch(
         token_ids=token_ids,
         positions=positions,
@@ -120,17 +134,19 @@ def build_forward_batch(batch: ScheduledBatch, block_size: int) -> ForwardBatch:
         logits_rows=np.concatenate(rows).astype(np.int32),
         block_size=block_size,
         adapters=adapters if any(a is not None for a in adapters) else None,
+        state_slots=state_slots,
     )
 
 
 class ModelRunner:
     """Owns the model's KV cache arrays and runs one scheduled batch per call."""
 
-    def __init__(self, model: Any, backend: Backend, num_blocks: int, block_size: int):
+    def __init__(self, model: Any, backend: Backend, num_blocks: int, block_size: int, num_seqs: int = 1):
         self.model = model
         self.backend = backend
         self.block_size = block_size
-        self.cache = model.make_cache(num_blocks, block_size)  # list of (k, v), one pair per layer
+        # per layer a (k, v) pair, or an SSMStateCache of num_seqs slots (blazr.models.cache)
+        self.cache = make_cache(model, num_blocks, block_size, num_seqs)
         self.sampler = Sampler(backend)
         self.verifier = Verifier(backend, self.sampler)
 

@@ -11,6 +11,9 @@ Finished and aborted sequences give their KV blocks back at once; new requests j
 
 With a drafter (speculative decoding), decoding sequences also run draft tokens with the budget and free blocks
 left after normal scheduling; `update()` keeps the accepted ones and frees the blocks of the rest.
+
+A model with state-space layers also needs a state slot per running sequence (blazr.engine.state_pool): taken
+when a sequence joins the running set (max_seqs slots, so one is always free then), given back with its blocks.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from blazr.engine.kv_cache import KVCacheManager, OutOfBlocksError
 from blazr.engine.prefix_cache import extend_block_keys
 from blazr.engine.request import FinishReason, Request, RequestStatus
 from blazr.engine.spec.draft import Draft, Drafter, may_speculate
+from blazr.engine.state_pool import StatePool
 from blazr.errors import BlazrError
 
 
@@ -40,6 +44,7 @@ class ScheduledSeq:
     block_table: list[int]  # covers start + len(token_ids) tokens
     sample: bool  # whether this step samples the next token (false for a non-final prefill chunk)
     draft: Draft | None = None  # speculative tokens, the tail of token_ids; every one of them is verified
+    state_slot: int | None = None  # the sequence's recurrent-state slot (models with state-space layers)
 
 
 @dataclass
@@ -66,6 +71,7 @@ class Scheduler:
         max_num_batched_tokens: int = 512,
         max_waiting: int | None = None,
         drafter: Drafter | None = None,
+        states: StatePool | None = None,
     ):
         self.kv = kv
         self.num_ctx = num_ctx  # prompt + generated tokens of one sequence never exceed this
@@ -75,6 +81,7 @@ class Scheduler:
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_waiting = max_waiting  # None: unbounded
         self.drafter = drafter  # None: no speculative decoding
+        self.states = states  # None: the model keeps no per-sequence state (no state-space layers)
         self.waiting: deque[Request] = deque()  # preempted ones go to the front
         self.running: list[Request] = []  # in arrival order
         self.num_preemptions = 0
@@ -107,9 +114,7 @@ class Scheduler:
             self.running.remove(request)
         elif request in self.waiting:
             self.waiting.remove(request)
-        self.kv.free(request)
-        if self.drafter is not None:
-            self.drafter.release(request)
+        self._release(request)
 
     def abort(self, request_id: str) -> list[Request]:
         """Abort every unfinished choice of a request; returns them (empty when unknown or finished)."""
@@ -158,6 +163,8 @@ class Scheduler:
                 return budget
             if request.waits_for_leader:
                 continue
+            if self.states is not None and not self.states.num_free:
+                return budget
             self._match_prefix(request)
             n = self._chunk(request, budget)
             if not self.kv.can_allocate(request, request.num_computed + n):
@@ -166,6 +173,8 @@ class Scheduler:
                 return budget
             self.waiting.remove(request)
             request.status = RequestStatus.RUNNING
+            if self.states is not None:
+                self.states.allocate(request)  # starts from a zero state: the sequence's start is 0
             bisect.insort(self.running, request, key=lambda r: r.arrival)
             batch.seqs.append(self._take(request, n))
             budget -= n
@@ -230,19 +239,28 @@ class Scheduler:
         start = request.num_computed
         table = self.kv.allocate(request, start + n)
         tokens = request.all_ids[start : start + n]
-        return ScheduledSeq(request, start, tokens, list(table), sample=start + n == request.num_tokens)
+        seq = ScheduledSeq(request, start, tokens, list(table), sample=start + n == request.num_tokens)
+        if self.states is not None:
+            seq.state_slot = self.states.slot_of(request)
+        return seq
 
     def _preempt(self, request: Request) -> None:
         """Free the sequence's blocks and queue it first for recomputation; its tokens so far are kept."""
         self.running.remove(request)
-        self.kv.free(request)
-        if self.drafter is not None:
-            self.drafter.release(request)
+        self._release(request)
         request.status = RequestStatus.WAITING
         request.num_computed = 0
         request.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(request)
+
+    def _release(self, request: Request) -> None:
+        """Give back what a sequence holds: its KV blocks, its state slot, its drafter's state."""
+        self.kv.free(request)
+        if self.states is not None:
+            self.states.free(request)
+        if self.drafter is not None:
+            self.drafter.release(request)
 
     # ---- update ------------------------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ import numpy as np
 from blazr.engine.kv_cache import KVCacheManager
 from blazr.engine.prefix_cache import extend_block_keys
 from blazr.errors import BlazrError, ConfigError
+from blazr.models.cache import is_stateful
 
 MAX_PINNED_SHARE = 0.5  # slots together hold at most this share of the KV pool's blocks
 FORMAT = "blazr-slot-kv/1"
@@ -93,6 +94,7 @@ class SlotStore:
         """Write the slot's tokens and K/V rows to `path`; (tokens saved, bytes written)."""
         from safetensors.numpy import save_file
 
+        self._check_kv_only()
         slot = self.get(slot_id)
         rows = self._rows(slot_id, len(slot.token_ids))  # (N,) cache slots in token order
         tensors: dict[str, np.ndarray] = {}
@@ -113,6 +115,7 @@ class SlotStore:
         """Read a file `save` wrote for this model into the slot (replacing what it held); (tokens, bytes)."""
         from safetensors import SafetensorError, safe_open
 
+        self._check_kv_only()
         try:
             with safe_open(str(path), framework="numpy") as f:
                 meta = f.metadata() or {}
@@ -146,6 +149,13 @@ class SlotStore:
         return n, path.stat().st_size
 
     # ---- internals ---------------------------------------------------------------------------------------
+
+    def _check_kv_only(self) -> None:
+        if is_stateful(self.model):
+            raise ConfigError(
+                "slot files hold KV-cache rows; this model's state-space (Mamba) layers keep a recurrent state "
+                "instead, which slots do not save or restore"
+            )
 
     def _rows(self, slot_id: str, n: int) -> np.ndarray:
         """(n,) int32 cache slots of the slot's first n tokens."""

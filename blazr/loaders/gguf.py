@@ -102,8 +102,10 @@ def gguf_to_hf_config(meta: dict[str, Any], shapes: dict[str, tuple[int, ...]], 
         "intermediate_size": int(get("feed_forward_length")),
         "num_hidden_layers": int(get("block_count")),
         "num_attention_heads": heads,
-        "num_key_value_heads": int(get("attention.head_count_kv", heads)),
-        "head_dim": int(get("attention.key_length", hidden // heads)),
+        # hybrids write one KV head count per layer (0 on state-space layers): the attention layers' count
+        "num_key_value_heads": _most(get("attention.head_count_kv", heads)),
+        # a state-space model has no attention heads (llama.cpp writes a head count of 0)
+        "head_dim": int(get("attention.key_length", hidden // heads if heads else 0)),
         "rms_norm_eps": float(get("attention.layer_norm_rms_epsilon", 1e-5)),
         "rope_theta": float(get("rope.freq_base", 10000.0)),
         "max_position_embeddings": int(get("context_length", 4096)),
@@ -116,6 +118,11 @@ def gguf_to_hf_config(meta: dict[str, Any], shapes: dict[str, tuple[int, ...]], 
         # hparams llama.cpp reads from which tensors a file has (Falcon's second layer norm): give the shapes
         return family.gguf_config(arch, get, config, shapes)
     return family.gguf_config(arch, get, config)
+
+
+def _most(value: Any) -> int:
+    """A per-layer count's largest entry (a scalar stands for every layer)."""
+    return int(max(value)) if isinstance(value, list) else int(value)
 
 
 def _vocab_size(meta: dict[str, Any], arch: str, shapes: dict[str, tuple[int, ...]], path: Path) -> int:

@@ -68,6 +68,12 @@ FAMILIES: tuple[Family, ...] = (
         ("deepseek_v2", "deepseek_v3"),
         ("deepseek2",),
     ),
+    # state-space models (blazr.models.cache: a state slot per running sequence, no paged KV)
+    Family("mamba", ("MambaForCausalLM", "FalconMambaForCausalLM"), ("mamba", "falcon_mamba"), ("mamba",)),
+    Family("mamba2", ("Mamba2ForCausalLM",), ("mamba2",), ("mamba2",)),
+    Family("bamba", ("BambaForCausalLM",), ("bamba",), ("granitehybrid",)),
+    # llama.cpp writes Granite-4.0-H as granitehybrid too: bamba.gguf_config hands such files on
+    Family("granitemoehybrid", ("GraniteMoeHybridForCausalLM",), ("granitemoehybrid",), ()),
     # encoders: sentence embedders and cross-encoder rerankers (blazr.tasks.embed), not causal LMs
     # (llama.cpp's converter writes RoBERTa, XLM-RoBERTa and DistilBERT as "bert": bert.gguf_config runs them)
     Family("bert", ("BertModel", "BertForMaskedLM", "BertForSequenceClassification"), ("bert",), ("bert",)),

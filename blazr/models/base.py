@@ -87,6 +87,8 @@ class Step:
     q_lens: Array  # (B,) int32
     block_size: int
     num_tokens: int
+    state_slots: Array | None = None  # (B,) int32 recurrent-state slot of each sequence, or None
+    fresh: Array | None = None  # (B,) int32 1 where a sequence starts in this step (zero state)
 
 
 def upload_batch(backend, batch: ForwardBatch) -> tuple[Step, Array | None]:
@@ -94,6 +96,8 @@ def upload_batch(backend, batch: ForwardBatch) -> tuple[Step, Array | None]:
     up, t = backend.upload, len(batch.token_ids)
     tables, ctx_lens, q_lens = up(batch.block_tables), up(batch.ctx_lens), up(batch.q_lens)
     step = Step(up(batch.positions), up(batch.slots), tables, ctx_lens, q_lens, int(batch.block_size), t)
+    if batch.state_slots is not None:
+        step.state_slots, step.fresh = up(batch.state_slots), up(batch.fresh)
     every_row = len(batch.logits_rows) == t and bool((batch.logits_rows == np.arange(t)).all())
     return step, None if every_row else up(batch.logits_rows)
 

@@ -21,6 +21,13 @@ class ForwardBatch:
     block_size: int
     # each sequence's LoRA adapter (blazr.models.lora.LoraAdapter) or None (B,); None: no sequence uses one
     adapters: tuple | None = None
+    # (B,) int32 each sequence's recurrent-state slot (models with state-space layers); None: no state
+    state_slots: np.ndarray | None = None
+
+    @property
+    def fresh(self) -> np.ndarray:
+        """(B,) int32: 1 where a sequence's first token is in this batch (its recurrent state starts at zero)."""
+        return (self.ctx_lens == self.q_lens).astype(np.int32)
 
     @classmethod
     def single(

@@ -68,16 +68,22 @@ class Model(granite.Model):
         return PreNormBlock(layer, attn, moe, *norms, residual_scale=self.residual_scale)
 
     def sanitize(self, weights: dict[str, Any]) -> dict[str, Any]:
-        renamed, experts = {}, self.args.num_local_experts
-        for name, tensor in weights.items():
-            for i, (pattern, new) in enumerate(_RENAMES):
-                if pattern.search(name):
-                    if i < 3:  # experts or router: a count mismatch names the checkpoint's own tensor
-                        check_count(name, tensor, tensor.shape[0], experts, "num_local_experts")
-                    name = pattern.sub(new, name)
-                    break
-            renamed[name] = tensor
-        return super().sanitize(stack_experts(renamed, experts, "num_local_experts"))
+        return super().sanitize(rename_experts(weights, self.args.num_local_experts))
+
+
+def rename_experts(weights: dict[str, Any], experts: int) -> dict[str, Any]:
+    """block_sparse_moe's fused experts and router as SparseMoE's stacked names under `mlp.` (an expert count
+    other than num_local_experts names the checkpoint's own tensor)."""
+    renamed = {}
+    for name, tensor in weights.items():
+        for i, (pattern, new) in enumerate(_RENAMES):
+            if pattern.search(name):
+                if i < 3:  # experts or router: a count mismatch names the checkpoint's own tensor
+                    check_count(name, tensor, tensor.shape[0], experts, "num_local_experts")
+                name = pattern.sub(new, name)
+                break
+        renamed[name] = tensor
+    return stack_experts(renamed, experts, "num_local_experts")
 
 
 # ---- GGUF ---------------------------------------------------------------------------------------------------

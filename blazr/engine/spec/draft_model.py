@@ -21,6 +21,8 @@ from blazr.engine.sampling import needs_processing
 from blazr.engine.scheduler import ScheduledBatch, ScheduledSeq
 from blazr.engine.spec.distribution import processed_row, sample_from, sampling_distribution
 from blazr.engine.spec.draft import Draft, SpecStats
+from blazr.errors import ConfigError
+from blazr.models.cache import is_stateful
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -36,6 +38,11 @@ class DraftModelDrafter:
     """Proposes tokens with `model` (greedy at temperature 0, else sampled with the request's settings)."""
 
     def __init__(self, model: Any, backend: Backend, num_blocks: int, block_size: int, num_tokens: int):
+        if is_stateful(model):
+            raise ConfigError(
+                "the draft model has state-space (Mamba) layers, whose recurrent state cannot roll back a "
+                "rejected draft; pick a transformer draft model"
+            )
         self.model = model
         self.backend = backend
         self.num_tokens = num_tokens

@@ -1,0 +1,26 @@
+"""The typed per-layer cache entries a model's `make_cache` returns, beside the paged KV pair (k, v).
+
+Attention layers keep a paged (k, v) pair (or one latent array twice: blazr.models.layers.mla); a state-space
+layer keeps an SSMStateCache: one slot per running sequence, of a size that does not grow with its length. A
+model that has any sets `stateful = True`, and its make_cache takes `num_seqs`, the slots to allocate; the
+engine then hands each running sequence a slot (blazr.engine.state_pool) and turns the prefix cache off (a
+block of cached keys says nothing of the recurrent state after it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+Array = Any
+
+
+class SSMStateCache(NamedTuple):
+    """One Mamba layer's states, indexed by slot (ForwardBatch.state_slots)."""
+
+    conv: Array  # (S, K - 1, C) the last K - 1 inputs of the causal convolution
+    ssm: Array  # (S, H, P, N) float32 recurrent state
+
+
+def is_stateful(model: Any) -> bool:
+    """Whether the model keeps a per-sequence recurrent state (needs state slots, no prefix cache)."""
+    return bool(getattr(model, "stateful", False))
