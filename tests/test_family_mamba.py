@@ -1,8 +1,8 @@
-"""Mamba, Falcon-Mamba, Mamba2 and the Bamba and Granite-4.0-H hybrids beyond tests/test_parity.py: the state cache's size (flat in
-the context), the engine's invariants on models with state slots instead of (Mamba2) or beside (the hybrids)
-paged KV (batch == alone,
-chunked == one-shot, preempted == uninterrupted, no prefix reuse, no leaked slot), a quantized file against its
-dequantized self, and the errors."""
+"""Mamba, Falcon-Mamba, Mamba2 and the Bamba, Granite-4.0-H, Nemotron-H and Jamba hybrids beyond test_parity:
+the state cache's size (flat in the context), the engine's invariants on models with state slots instead of
+(Mamba, Mamba2) or beside (the hybrids) paged KV (batch == alone, chunked == one-shot, preempted ==
+uninterrupted, no prefix reuse, no leaked slot), quantized files against their dequantized selves, and the
+errors."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import pytest
 
 from blazr.backends import get_backend
 from blazr.engine import Engine, SamplingParams
-from blazr.errors import CheckpointError, ConfigError
+from blazr.errors import CheckpointError, ConfigError, UnsupportedError
 from tests.test_batching_invariants import IdTokenizer, check_invariants, run
 from tests.tiny_models import tiny_config, tiny_weights
 
-FAMILIES = ("mamba", "falcon_mamba", "mamba2", "bamba", "granitemoehybrid")
+FAMILIES = ("mamba", "falcon_mamba", "mamba2", "bamba", "granitemoehybrid", "nemotron_h", "jamba")
 MODULE = {"falcon_mamba": "mamba"}  # tiny models whose family module has another name
 
 
@@ -144,3 +144,27 @@ def test_tensors_that_disagree_with_the_config_are_named(tensor, shape, match):
     weights[f"backbone.layers.1.mixer.{tensor}"] = np.zeros(shape, np.float32)
     with pytest.raises(CheckpointError, match=f"backbone.layers.1.mixer.{tensor}.*{match}"):
         model.load_weights(model.sanitize(weights))
+
+
+@pytest.mark.parametrize(
+    "name, overrides, error, match",
+    [
+        ("bamba", {"attn_layer_indices": [1, 7]}, ConfigError, "attn_layer_indices names layer 7"),
+        ("bamba", {"mamba_n_heads": 6}, ConfigError, "mamba_n_heads \\* mamba_d_head"),
+        ("granitemoehybrid", {"layer_types": ["mamba"]}, ConfigError, "layer_types lists 1 layers"),
+        ("nemotron_h", {"hybrid_override_pattern": "M-*X"}, ConfigError, "hybrid_override_pattern has 'X'"),
+        ("nemotron_h", {"hybrid_override_pattern": "M-*E"}, UnsupportedError, "mixture-of-experts layers"),
+        ("jamba", {"attn_layer_period": 0}, ConfigError, "attn_layer_period=0"),
+    ],
+)
+def test_hybrid_config_errors_name_the_key(name, overrides, error, match):
+    with pytest.raises(error, match=match):
+        tiny_model(name, **overrides)
+
+
+def test_a_jamba_file_whose_layers_follow_no_period_is_refused():
+    from blazr.models.jamba import _period
+
+    assert _period([2, 6], 8, "attention") == (4, 2) and _period([], 8, "attention") == (9, 8)
+    with pytest.raises(CheckpointError, match=r"attention layers \[1, 2, 5\] are not every k-th layer"):
+        _period([1, 2, 5], 8, "attention")

@@ -122,7 +122,7 @@ def test_wgpu_upload_splits_between_whole_experts(rng, monkeypatch):
 
 # ---- whole models: a MoE GGUF with quantized experts against its dequantized self --------------------------
 
-MOE = ("mixtral", "qwen2_moe", "olmoe", "qwen3_moe", "granitemoe", "granitemoehybrid")
+MOE = ("mixtral", "qwen2_moe", "olmoe", "qwen3_moe", "granitemoe", "granitemoehybrid", "jamba")
 
 
 def requantized_gguf(

@@ -99,7 +99,7 @@ def gguf_to_hf_config(meta: dict[str, Any], shapes: dict[str, tuple[int, ...]], 
     config = {
         "gguf_architecture": arch,
         "hidden_size": hidden,
-        "intermediate_size": int(get("feed_forward_length")),
+        "intermediate_size": _most(get("feed_forward_length")),  # per layer in hybrids (0 on some layers)
         "num_hidden_layers": int(get("block_count")),
         "num_attention_heads": heads,
         # hybrids write one KV head count per layer (0 on state-space layers): the attention layers' count

@@ -72,6 +72,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("mamba", ("MambaForCausalLM", "FalconMambaForCausalLM"), ("mamba", "falcon_mamba"), ("mamba",)),
     Family("mamba2", ("Mamba2ForCausalLM",), ("mamba2",), ("mamba2",)),
     Family("bamba", ("BambaForCausalLM",), ("bamba",), ("granitehybrid",)),
+    Family("nemotron_h", ("NemotronHForCausalLM",), ("nemotron_h",), ("nemotron_h",)),
+    Family("jamba", ("JambaForCausalLM",), ("jamba",), ("jamba",)),
     # llama.cpp writes Granite-4.0-H as granitehybrid too: bamba.gguf_config hands such files on
     Family("granitemoehybrid", ("GraniteMoeHybridForCausalLM",), ("granitemoehybrid",), ()),
     # encoders: sentence embedders and cross-encoder rerankers (blazr.tasks.embed), not causal LMs

@@ -25,7 +25,12 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 OUT = REPO / "tests" / "golden" / "gguf"
 OUTTYPES = ("f32", "f16")
-V4_ONLY_KEYS = ("rotary_pct",)  # config.json keys the converter reads that transformers 5's to_dict() drops
+# config.json keys the converter reads that transformers 5's to_dict() drops (as llama.cpp read them under
+# transformers 4, with which the released GGUF files were made)
+V4_ONLY_KEYS = ("rotary_pct", "hybrid_override_pattern")
+# keys transformers 5's AutoConfig fills with defaults that a released config.json lacks, and that the converter
+# reads as a claim: a Nemotron-H config with num_experts_per_tok is converted as nemotron_h_moe
+CONFIG_ONLY_KEYS = ("num_experts_per_tok",)
 
 
 def convert(llama_cpp: Path, hf_dir: Path, out: Path, outtype: str, converter: str) -> None:
@@ -45,11 +50,13 @@ def convert(llama_cpp: Path, hf_dir: Path, out: Path, outtype: str, converter: s
         model_class.set_vocab = (
             empty_vocab  # on the class: the converter forbids subclasses without model_arch
         )
-        model = model_class(hf_dir, ftype, out, model_name="blazr-tiny", eager=True)
-        # transformers 5's AutoConfig folds GPT-NeoX's rotary_pct into rope_parameters; this converter still
-        # reads hparams["rotary_pct"] (as under transformers 4): give it the config.json value
+        # transformers 5's AutoConfig folds GPT-NeoX's rotary_pct into rope_parameters and Nemotron-H's
+        # hybrid_override_pattern into layers_block_type; this converter still reads them (as under transformers
+        # 4): give it the config.json values
         raw = json.loads((hf_dir / "config.json").read_text())
-        model.hparams.update({k: raw[k] for k in V4_ONLY_KEYS if k in raw and k not in model.hparams})
+        hparams = {k: v for k, v in hparams.items() if k in raw or k not in CONFIG_ONLY_KEYS}
+        hparams |= {k: raw[k] for k in V4_ONLY_KEYS if k in raw and k not in hparams}
+        model = model_class(hf_dir, ftype, out, model_name="blazr-tiny", eager=True, hparams=hparams)
         model.gguf_writer.add_string("blazr.converter", converter)
         model.write()
 

@@ -6,7 +6,7 @@ into a low-rank step size (time_step_rank values), B and C (N each, shared by ev
 widens the step size to one per channel (then softplus). Each of the d_inner channels has its own N decay
 rates A: the scan is ssm_scan with H = d_inner heads of one feature (P = 1), one group and A of shape (H, N).
 Its output, gated by SiLU(z), goes through out_proj. Falcon-Mamba RMS-normalises dt, B and C (no weights)
-before use.
+before use, Jamba with weights.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ class MambaShape:
     dt_rank: int  # R: time_step_rank
     bias: bool = False  # in_proj and out_proj have biases
     conv_bias: bool = True
-    dt_bc_rms_eps: float | None = None  # Falcon-Mamba: weightless RMSNorm of dt, B and C with this eps
+    dt_bc_rms_eps: float | None = None  # an RMSNorm of dt, B and C with this eps (Falcon-Mamba, Jamba)
+    dt_bc_weights: bool = False  # ... with weights (Jamba: dt_layernorm, b_layernorm, c_layernorm)
 
 
 class MambaMixer(Module):
@@ -45,6 +46,7 @@ class MambaMixer(Module):
         self.conv_w = self.conv_b = None  # (I, K), (I,)
         self.A = self.D = None  # (I, N) = -exp(A_log), (I,)
         self._ones: dict[int, Array] = {}  # width -> (width,) unit weight of Falcon-Mamba's weightless norms
+        self.dt_norm = self.b_norm = self.c_norm = None  # (R,), (N,), (N,): Jamba's norm weights
 
     def ops(self) -> set[str]:
         return set(self.OPS) | ({"rms_norm"} if self.s.dt_bc_rms_eps is not None else set())
@@ -65,6 +67,10 @@ class MambaMixer(Module):
         yield weight("out_proj", "out_proj.weight", (s.hidden, s.inner))  # (D, I)
         if s.bias:
             yield weight("out_proj_bias", "out_proj.bias", (s.hidden,))
+        if s.dt_bc_weights:
+            yield weight("dt_norm", "dt_layernorm.weight", (s.dt_rank,))
+            yield weight("b_norm", "b_layernorm.weight", (s.state,))
+            yield weight("c_norm", "c_layernorm.weight", (s.state,))
 
     def load(self, get, upload, prefix: str = "") -> None:
         s = self.s
@@ -75,7 +81,7 @@ class MambaMixer(Module):
         self.conv_w = upload(np.ascontiguousarray(conv.reshape(s.inner, s.conv_kernel)))  # (I, K)
         a_log = host_array(get(prefix + "A_log")).astype(np.float64)  # (I, N)
         self.A = upload((-np.exp(a_log)).astype(np.float32))  # (I, N) decay rates, negative
-        if s.dt_bc_rms_eps is not None:
+        if s.dt_bc_rms_eps is not None and not s.dt_bc_weights:
             self._ones = {n: upload(np.ones(n, np.float32)) for n in {s.dt_rank, s.state}}
 
     def __call__(self, x: Array, step: Step, conv_states: Array, ssm_states: Array) -> Array:
@@ -93,7 +99,11 @@ class MambaMixer(Module):
         dt, b, c = dbc[:, :r], dbc[:, r : r + n], dbc[:, r + n :]  # (T, R), (T, N), (T, N)
         if s.dt_bc_rms_eps is not None:
             eps = s.dt_bc_rms_eps
-            dt, b, c = (be.rms_norm(v, self._ones[v.shape[1]], eps) for v in (dt, b, c))
+            if s.dt_bc_weights:
+                norms = (self.dt_norm, self.b_norm, self.c_norm)
+            else:
+                norms = (self._ones[r], self._ones[n], self._ones[n])
+            dt, b, c = (be.rms_norm(v, w, eps) for v, w in zip((dt, b, c), norms, strict=True))
         dt = be.act(be.binary("add", self.linear(dt, "dt_proj"), self.dt_bias), "softplus")  # (T, I)
         b, c = b.reshape(t, 1, n), c.reshape(t, 1, n)  # (T, 1, N): one group
         y = be.ssm_scan(xs.reshape(t, s.inner, 1), dt, self.A, b, c, self.D, ssm_states, *seqs)  # (T, I, 1)

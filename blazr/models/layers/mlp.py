@@ -64,7 +64,8 @@ class GatedMLP(Module):
 
 class MLP(Module):
     """down(act(up(x))), with biases or without: Phi-2 ("fc1"/"fc2"), StarCoder2 ("c_fc"/"c_proj"), GPT-NeoX
-    ("dense_h_to_4h"/"dense_4h_to_h"), Falcon. `names` are the checkpoint's (up, down) projections."""
+    ("dense_h_to_4h"/"dense_4h_to_h"), Falcon, Nemotron-H (act "relu2": relu(x)^2). `names` are the
+    checkpoint's (up, down) projections."""
 
     OPS = ("matmul", "act", "binary")
     LINEARS = ("up_proj", "down_proj")
@@ -96,7 +97,11 @@ class MLP(Module):
         h = self.linear(x, "up_proj")  # (T, F)
         if self.up_bias is not None:
             h = be.binary("add", h, self.up_bias)
-        h = be.act(h, self.act)  # (T, F)
+        if self.act == "relu2":  # Nemotron-H's squared ReLU
+            h = be.act(h, "relu")  # (T, F)
+            h = be.binary("mul", h, h)
+        else:
+            h = be.act(h, self.act)  # (T, F)
         trace("ffn_act", self.layer, h)
         out = self.linear(h, "down_proj")  # (T, D)
         return out if self.down_bias is None else be.binary("add", out, self.down_bias)
