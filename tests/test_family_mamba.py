@@ -78,6 +78,23 @@ def test_engine_invariants(name):
     assert engine.scheduler.states.num_free == 3 and engine.pool.num_free == engine.pool.num_blocks
 
 
+@pytest.mark.parametrize("name", ["mamba", "bamba"])
+def test_engine_invariants_on_wgpu(name):
+    """The state slots through the WGSL ops (lavapipe in CI): batch == alone, chunked == one-shot, preempted ==
+    uninterrupted, as on the CPU."""
+    from tests.conftest import AVAILABLE_BACKENDS
+
+    if "wgpu" not in AVAILABLE_BACKENDS:
+        pytest.skip("no WebGPU adapter here")
+    model = tiny_model(name, backend=get_backend("wgpu"))
+
+    def make(num_ctx=64, **kw):
+        return Engine(model, IdTokenizer(), model.be, num_ctx=num_ctx, **kw)
+
+    prompts = [[1, 17, 99, 3, 250], [1, 64], [1, 5, 9, 11, 13, 17, 19, 23, 29, 31, 37], [1, 2, 3]]
+    check_invariants(make, prompts, shared=list(range(40, 60)), max_tokens=10, prefix_cache=False)
+
+
 def test_the_engine_refuses_what_a_recurrent_state_cannot_do(tmp_path):
     model = tiny_model()
     with pytest.raises(ConfigError, match="speculative decoding is not supported .*state-space"):
@@ -89,7 +106,7 @@ def test_the_engine_refuses_what_a_recurrent_state_cannot_do(tmp_path):
         engine.slots.save("s", tmp_path / "s.bin", "x")
 
 
-@pytest.mark.parametrize("name", ["mamba", "mamba2", "bamba"])
+@pytest.mark.parametrize("name", ["mamba", "falcon_mamba", "mamba2", "bamba", "nemotron_h"])
 def test_a_quantized_file_runs_as_its_dequantized_self(name, tmp_path):
     """in_proj and out_proj in Q8_0 blocks (float32 activations) give the ids and logits of the same file with
     those matmuls stored as the F32 values the blocks decode to."""
@@ -108,7 +125,7 @@ def test_a_quantized_file_runs_as_its_dequantized_self(name, tmp_path):
         src = GOLDEN / "gguf" / f"{name}_f32.gguf"
         requantized_gguf(src, path, "Q8_0", dequantized, suffixes=("ssm_in.weight", "ssm_out.weight"))
         model = build_model(load_checkpoint(path), be)
-        mixer = model.layers[0].self_attn if name == "bamba" else model.layers[0].mixer
+        mixer = model.layers[0].self_attn if name == "bamba" else model.layers[0].mixer  # layer 0: Mamba
         assert isinstance(mixer.in_proj, QuantWeight) != dequantized  # kept packed
         runs.append(greedy_run(model, be, list(PROMPT_IDS), 16))
     (ids, logits), (want_ids, want_logits) = runs

@@ -116,6 +116,7 @@ class Model(HybridLM, llama.Model):
         a = self.args
         out: dict[str, Any] = {}
         for name, tensor in weights.items():
+            name = name.replace(".moe.", ".feed_forward.")  # early checkpoints' name of the mixtures
             name = _ROUTER.sub(".feed_forward.gate.weight", name)  # SparseMoE's name of the router
             first = _FIRST_EXPERT.match(name)
             if first and not a.is_moe(int(first[2])):  # a dense layer saved as one expert (Jamba v0.1)
