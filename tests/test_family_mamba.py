@@ -1,7 +1,7 @@
-"""Mamba, Falcon-Mamba, Mamba2 and the Bamba, Granite-4.0-H, Nemotron-H and Jamba hybrids beyond test_parity:
-the state cache's size (flat in the context), the engine's invariants on models with state slots instead of
-(Mamba, Mamba2) or beside (the hybrids) paged KV (batch == alone, chunked == one-shot, preempted ==
-uninterrupted, no prefix reuse, no leaked slot), quantized files against their dequantized selves, and the
+"""Mamba, Falcon-Mamba, Mamba2 and the Bamba, Granite-4.0-H, Nemotron-H, Jamba and Falcon-H1 hybrids beyond
+tests/test_parity.py: the state cache's size (flat in the context), the engine's invariants on models with state
+slots instead of (Mamba, Mamba2) or beside (the hybrids) paged KV (batch == alone, chunked == one-shot, preempted
+== uninterrupted, no prefix reuse, no leaked slot), quantized files against their dequantized selves, and the
 errors."""
 
 from __future__ import annotations
@@ -15,7 +15,16 @@ from blazr.errors import CheckpointError, ConfigError, UnsupportedError
 from tests.test_batching_invariants import IdTokenizer, check_invariants, run
 from tests.tiny_models import tiny_config, tiny_weights
 
-FAMILIES = ("mamba", "falcon_mamba", "mamba2", "bamba", "granitemoehybrid", "nemotron_h", "jamba")
+FAMILIES = (
+    "mamba",
+    "falcon_mamba",
+    "mamba2",
+    "bamba",
+    "granitemoehybrid",
+    "nemotron_h",
+    "jamba",
+    "falcon_h1",
+)
 MODULE = {"falcon_mamba": "mamba"}  # tiny models whose family module has another name
 
 
@@ -61,6 +70,65 @@ def test_a_hybrid_cache_has_paged_kv_for_attention_and_state_slots_for_mamba():
     assert cache_bytes_per_block(model, 16) == 16 * per_token  # the attention layers' keys and values only
 
 
+def test_a_falcon_h1_layer_keeps_paged_kv_and_a_state_slot():
+    """Attention and Mamba side by side: every layer's entry is a ParallelCache of both; only the keys and
+    values count per block."""
+    from blazr.engine.runner import cache_bytes_per_block
+    from blazr.models.cache import ParallelCache, SSMStateCache
+
+    cfg, model = tiny_config("falcon_h1"), tiny_model("falcon_h1")
+    cache = model.make_cache(4, 16, num_seqs=2)
+    assert len(cache) == cfg["num_hidden_layers"]
+    for entry in cache:
+        (k, v), state = entry
+        assert isinstance(entry, ParallelCache) and isinstance(state, SSMStateCache)
+        assert k.shape == (64, 2, 16) and v.shape == k.shape and state.ssm.shape == (2, 8, 16, 16)
+    per_token = 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * cfg["head_dim"] * 4
+    assert cache_bytes_per_block(model, 16) == 16 * per_token
+
+
+def test_falcon_h1_gated_norm_variants():
+    """mamba_rms_norm false: y SiLU(z), no norm weight; norm_before_gate: RMSNorm(y) SiLU(z). Each changes the
+    logits (tests/test_parity.py checks the released configs' RMSNorm(y SiLU(z)) against transformers)."""
+    from blazr.models.batch import ForwardBatch
+    from blazr.models.falcon_h1 import Model, ModelArgs
+    from tests.test_parity import PROMPT_IDS
+
+    def logits(weights=None, **overrides):
+        model = Model(ModelArgs.from_dict(tiny_config("falcon_h1") | overrides), get_backend("cpu"), "f32")
+        model.load_weights(model.sanitize(weights or tiny_weights("falcon_h1")))
+        batch = ForwardBatch.single(list(PROMPT_IDS), 0, [0], 16, all_logits=True)
+        return np.asarray(model.be.download(model(batch, model.make_cache(1, 16))))
+
+    with pytest.raises(CheckpointError, match="unexpected tensor.*mamba.norm.weight"):
+        logits(mamba_rms_norm=False)  # a checkpoint with the norm names it
+    no_norm = {k: a for k, a in tiny_weights("falcon_h1").items() if not k.endswith("mamba.norm.weight")}
+    released, before, ungated = (
+        logits(),
+        logits(mamba_norm_before_gate=True),
+        logits(no_norm, mamba_rms_norm=False),
+    )
+    assert np.abs(released - before).max() > 0.1 and np.abs(released - ungated).max() > 0.1
+
+
+def test_falcon_h1_multipliers_fold_into_dense_weights_only():
+    """llama.cpp's files have the multipliers folded (all 1 here, Q8_0 blocks kept packed); a quantized tensor
+    that would need one is refused by name."""
+    from pathlib import Path
+
+    from blazr.errors import UnsupportedError
+    from blazr.loaders import LazyTensor, load_checkpoint
+    from blazr.models.falcon_h1 import _scaled
+
+    ckpt = load_checkpoint(Path(__file__).parent / "golden" / "gguf" / "falcon_h1_f32.gguf")
+    cfg = ckpt.config
+    assert cfg["mamba_rms_norm"] and not cfg["mamba_norm_before_gate"] and cfg["mamba_d_ssm"] == 128
+    assert not any(k.endswith("multiplier") for k in cfg)  # the defaults: 1
+    tensor = LazyTensor("w", (2, 32), "Q8_0", Path("x.gguf"), lambda: np.zeros((2, 32), np.float32))
+    with pytest.raises(UnsupportedError, match="w is stored as Q8_0 blocks"):
+        _scaled(tensor, 0.5, "w")
+
+
 @pytest.mark.parametrize("name", FAMILIES)
 def test_engine_invariants(name):
     """batch == alone, chunked prefill == one-shot, a repeated prefix == cold (no reuse: hits stay 0),
@@ -78,7 +146,7 @@ def test_engine_invariants(name):
     assert engine.scheduler.states.num_free == 3 and engine.pool.num_free == engine.pool.num_blocks
 
 
-@pytest.mark.parametrize("name", ["mamba", "bamba"])
+@pytest.mark.parametrize("name", ["mamba", "bamba", "falcon_h1"])
 def test_engine_invariants_on_wgpu(name):
     """The state slots through the WGSL ops (lavapipe in CI): batch == alone, chunked == one-shot, preempted ==
     uninterrupted, as on the CPU."""
@@ -106,7 +174,7 @@ def test_the_engine_refuses_what_a_recurrent_state_cannot_do(tmp_path):
         engine.slots.save("s", tmp_path / "s.bin", "x")
 
 
-@pytest.mark.parametrize("name", ["mamba", "falcon_mamba", "mamba2", "bamba", "nemotron_h"])
+@pytest.mark.parametrize("name", ["mamba", "falcon_mamba", "mamba2", "bamba", "nemotron_h", "falcon_h1"])
 def test_a_quantized_file_runs_as_its_dequantized_self(name, tmp_path):
     """in_proj and out_proj in Q8_0 blocks (float32 activations) give the ids and logits of the same file with
     those matmuls stored as the F32 values the blocks decode to."""
@@ -125,7 +193,9 @@ def test_a_quantized_file_runs_as_its_dequantized_self(name, tmp_path):
         src = GOLDEN / "gguf" / f"{name}_f32.gguf"
         requantized_gguf(src, path, "Q8_0", dequantized, suffixes=("ssm_in.weight", "ssm_out.weight"))
         model = build_model(load_checkpoint(path), be)
-        mixer = model.layers[0].self_attn if name == "bamba" else model.layers[0].mixer  # layer 0: Mamba
+        layer = model.layers[0]  # a Mamba layer
+        mixer = {"bamba": "self_attn", "falcon_h1": "mamba"}.get(name, "mixer")
+        mixer = getattr(layer, mixer)
         assert isinstance(mixer.in_proj, QuantWeight) != dequantized  # kept packed
         runs.append(greedy_run(model, be, list(PROMPT_IDS), 16))
     (ids, logits), (want_ids, want_logits) = runs

@@ -16,16 +16,14 @@ from blazr.engine.scheduler import ScheduledBatch
 from blazr.engine.spec.verify import Verifier, draft_of
 from blazr.errors import ConfigError
 from blazr.models.batch import ForwardBatch
-from blazr.models.cache import SSMStateCache, is_stateful
+from blazr.models.cache import is_stateful, kv_arrays
 
 
 def cache_bytes_per_block(model: Any, block_size: int) -> int:
     """Bytes one KV block takes over all layers, measured on a one-block cache from the model itself."""
     total, seen = 0, set()
-    for pair in make_cache(model, 1, block_size, 1):
-        if isinstance(pair, SSMStateCache):
-            continue  # per sequence, not per block
-        for array in pair:
+    for entry in make_cache(model, 1, block_size, 1):
+        for array in kv_arrays(entry):  # keys and values only: state slots are per sequence, not per block
             # one array may serve as keys and values (multi-head latent attention): counted once
             if array is not None and id(array) not in seen:
                 seen.add(id(array))
@@ -145,7 +143,7 @@ class ModelRunner:
         self.model = model
         self.backend = backend
         self.block_size = block_size
-        # per layer a (k, v) pair, or an SSMStateCache of num_seqs slots (blazr.models.cache)
+        # per layer a (k, v) pair, an SSMStateCache of num_seqs slots, or both (blazr.models.cache)
         self.cache = make_cache(model, num_blocks, block_size, num_seqs)
         self.sampler = Sampler(backend)
         self.verifier = Verifier(backend, self.sampler)

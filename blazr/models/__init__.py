@@ -74,6 +74,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("bamba", ("BambaForCausalLM",), ("bamba",), ("granitehybrid",)),
     Family("nemotron_h", ("NemotronHForCausalLM",), ("nemotron_h",), ("nemotron_h",)),
     Family("jamba", ("JambaForCausalLM",), ("jamba",), ("jamba",)),
+    # attention and a Mamba2 mixer side by side in every layer (a ParallelCache per layer)
+    Family("falcon_h1", ("FalconH1ForCausalLM",), ("falcon_h1",), ("falcon-h1",)),
     # llama.cpp writes Granite-4.0-H as granitehybrid too: bamba.gguf_config hands such files on
     Family("granitemoehybrid", ("GraniteMoeHybridForCausalLM",), ("granitemoehybrid",), ()),
     # encoders: sentence embedders and cross-encoder rerankers (blazr.tasks.embed), not causal LMs

@@ -4,9 +4,9 @@ in_proj makes, per token, the gate z (d_inner), the convolution's input xBC (d_i
 sizes dt (H). xBC goes through a depthwise causal convolution (kernel K, SiLU) that carries each sequence's
 last K - 1 inputs in its state slot, and splits into x (H heads of P), B and C (G groups of N). The selective
 scan runs x through each head's N-state recurrence (decay exp(dt A), input dt x B, read-out C, skip D x) from
-the sequence's slot; the result, gated by SiLU(z), is RMS-normalised over groups of d_inner / G features and
-projected back by out_proj. Prompts and decode steps take the same two ops (causal_conv1d, ssm_scan), which
-run every sequence of a batch in one call.
+the sequence's slot; the result, gated by SiLU(z), is RMS-normalised over groups of d_inner / G features (or
+normalised before the gate, or not at all: SSMShape.norm) and projected back by out_proj. Prompts and decode
+steps take the same two ops (causal_conv1d, ssm_scan), which run every sequence of a batch in one call.
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ from blazr.errors import CheckpointError
 from blazr.models.base import Array, Step, host_array, load_tensor, trace
 from blazr.models.layers.module import Module, Weight, weight
 
+# the gate and the norm: RMSNorm(y SiLU(z)) (Mamba2, Bamba, ...), RMSNorm(y) SiLU(z), or y SiLU(z) alone
+NORMS = ("after_gate", "before_gate", "none")
+
 
 @dataclass(frozen=True)
 class SSMShape:
@@ -34,6 +37,16 @@ class SSMShape:
     bias: bool = False  # in_proj and out_proj have biases
     conv_bias: bool = True
     dt_limit: tuple[float, float] = (0.0, math.inf)  # dt clamped to this range after softplus
+    out_bias: bool | None = None  # out_proj has a bias (None: as `bias`; Falcon-H1's projectors_bias)
+    norm: str = "after_gate"  # one of NORMS: where the gated RMSNorm sits, or "none" (Falcon-H1's options)
+
+    def __post_init__(self):
+        if self.norm not in NORMS:
+            raise ValueError(f"SSMShape.norm {self.norm!r}: one of {', '.join(NORMS)}")
+
+    @property
+    def has_out_bias(self) -> bool:
+        return self.bias if self.out_bias is None else self.out_bias
 
     @property
     def inner(self) -> int:
@@ -72,9 +85,10 @@ class Mamba2Mixer(Module):
         yield weight("dt_bias", "dt_bias", (s.heads,))
         yield weight("A", "A_log", (s.heads,))
         yield weight("D", "D", (s.heads,))
-        yield weight("norm_w", "norm.weight", (s.inner,))
+        if s.norm != "none":
+            yield weight("norm_w", "norm.weight", (s.inner,))
         yield weight("out_proj", "out_proj.weight", (s.hidden, s.inner))  # (D, d_inner)
-        if s.bias:
+        if s.has_out_bias:
             yield weight("out_proj_bias", "out_proj.bias", (s.hidden,))
 
     def load(self, get, upload, prefix: str = "") -> None:
@@ -86,7 +100,7 @@ class Mamba2Mixer(Module):
         self.conv_w = upload(np.ascontiguousarray(conv.reshape(s.conv_dim, s.conv_kernel)))  # (conv_dim, K)
         a_log = host_array(get(prefix + "A_log")).astype(np.float64)  # (H,)
         self.A = upload((-np.exp(a_log)).astype(np.float32))  # (H,) decay rates, negative
-        if s.groups > 1:
+        if s.groups > 1 and s.norm != "none":
             self._ones = upload(np.ones(s.inner // s.groups, np.float32))
 
     def __call__(self, x: Array, step: Step, conv_states: Array, ssm_states: Array) -> Array:
@@ -108,15 +122,24 @@ class Mamba2Mixer(Module):
         c = xbc[:, s.inner + gn :].reshape(t, s.groups, s.state)  # (T, G, N)
         y = be.ssm_scan(xs, dt, self.A, b, c, self.D, ssm_states, *seqs)  # (T, H, P)
         trace("ssm_scan", i, y)
-        y = be.glu(z, y.reshape(t, s.inner), "silu")  # (T, d_inner) = y SiLU(z)
-        if s.groups == 1:
-            y = be.rms_norm(y, self.norm_w, s.eps)  # (T, d_inner)
-        else:  # RMS over each group of d_inner / G features, then the full weight
-            group = s.inner // s.groups
-            y = be.rms_norm(y.reshape(t * s.groups, group), self._ones, s.eps).reshape(t, s.inner)
-            y = be.binary("mul", y, self.norm_w)  # (T, d_inner)
+        y = y.reshape(t, s.inner)  # (T, d_inner)
+        if s.norm == "before_gate":
+            y = self._group_norm(y, t)
+        y = be.glu(z, y, "silu")  # (T, d_inner) = y SiLU(z)
+        if s.norm == "after_gate":
+            y = self._group_norm(y, t)
         out = self.linear(y, "out_proj")  # (T, D)
         return out if self.out_proj_bias is None else be.binary("add", out, self.out_proj_bias)
+
+    def _group_norm(self, y: Array, t: int) -> Array:
+        """The gated norm's RMSNorm: y (T, d_inner) -> (T, d_inner)."""
+        be, s = self.be, self.s
+        if s.groups == 1:
+            return be.rms_norm(y, self.norm_w, s.eps)  # (T, d_inner)
+        # RMS over each group of d_inner / G features, then the full weight
+        group = s.inner // s.groups
+        y = be.rms_norm(y.reshape(t * s.groups, group), self._ones, s.eps).reshape(t, s.inner)
+        return be.binary("mul", y, self.norm_w)  # (T, d_inner)
 
     def make_state(self, num_seqs: int) -> tuple[Array, Array]:
         """(conv (num_seqs, K - 1, conv_dim), ssm (num_seqs, H, P, N)), float32 and zeroed."""
