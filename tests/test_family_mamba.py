@@ -11,7 +11,7 @@ import pytest
 
 from blazr.backends import get_backend
 from blazr.engine import Engine, SamplingParams
-from blazr.errors import CheckpointError, ConfigError, UnsupportedError
+from blazr.errors import CheckpointError, ConfigError
 from tests.test_batching_invariants import IdTokenizer, check_invariants, run
 from tests.tiny_models import tiny_config, tiny_weights
 
@@ -22,10 +22,14 @@ FAMILIES = (
     "bamba",
     "granitemoehybrid",
     "nemotron_h",
+    "nemotron_h_moe",
     "jamba",
     "falcon_h1",
 )
-MODULE = {"falcon_mamba": "mamba"}  # tiny models whose family module has another name
+MODULE = {
+    "falcon_mamba": "mamba",
+    "nemotron_h_moe": "nemotron_h",
+}  # tiny models whose family module has another name
 
 
 def tiny_model(name: str = "mamba2", backend=None, **overrides):
@@ -203,6 +207,33 @@ def test_a_quantized_file_runs_as_its_dequantized_self(name, tmp_path):
     assert np.abs(logits - want_logits).max() <= 1e-4
 
 
+def test_nemotron_h_moe_quantized_experts_run_packed_as_their_dequantized_self(tmp_path):
+    """Nemotron 3's ungated experts in Q8_0 blocks stay packed (QuantExperts) and give the ids and logits of the
+    same file with the experts stored as the F32 values the blocks decode to."""
+    from blazr.backends.cpu import Backend
+    from blazr.loaders import load_checkpoint
+    from blazr.models import build_model
+    from blazr.models.layers.moe_ungated import UngatedMoE
+    from blazr.quant.experts import QuantExperts
+    from tests.test_moe_packed import requantized_gguf
+    from tests.test_parity import GOLDEN, PROMPT_IDS, greedy_run
+
+    be = Backend()
+    be.set_int8_activations(False)
+    runs = []
+    for dequantized in (False, True):
+        path = tmp_path / f"nemotron_h_moe_{dequantized}.gguf"
+        requantized_gguf(GOLDEN / "gguf" / "nemotron_h_moe_f32.gguf", path, "Q8_0", dequantized)
+        model = build_model(load_checkpoint(path), be)
+        moe = next(layer.mixer for layer in model.layers if isinstance(layer.mixer, UngatedMoE))
+        assert isinstance(moe.up_proj, QuantExperts) != dequantized  # never widened to float
+        assert isinstance(moe.down_proj, QuantExperts) != dequantized
+        runs.append(greedy_run(model, be, list(PROMPT_IDS), 16))
+    (ids, logits), (want_ids, want_logits) = runs
+    np.testing.assert_array_equal(ids, want_ids)
+    assert np.abs(logits - want_logits).max() <= 1e-4
+
+
 @pytest.mark.parametrize(
     "overrides, match",
     [
@@ -240,7 +271,13 @@ def test_tensors_that_disagree_with_the_config_are_named(tensor, shape, match):
         ("bamba", {"mamba_n_heads": 6}, ConfigError, "mamba_n_heads \\* mamba_d_head"),
         ("granitemoehybrid", {"layer_types": ["mamba"]}, ConfigError, "layer_types lists 1 layers"),
         ("nemotron_h", {"hybrid_override_pattern": "M-*X"}, ConfigError, "hybrid_override_pattern has 'X'"),
-        ("nemotron_h", {"hybrid_override_pattern": "M-*E"}, UnsupportedError, "mixture-of-experts layers"),
+        (
+            "nemotron_h",
+            {"hybrid_override_pattern": "M-*E", "n_group": 3},
+            ConfigError,
+            "n_group 3 does not divide",
+        ),
+        ("nemotron_h_moe", {"num_experts_per_tok": 9}, ConfigError, "num_experts_per_tok 9 must be between"),
         ("jamba", {"attn_layer_period": 0}, ConfigError, "attn_layer_period=0"),
     ],
 )

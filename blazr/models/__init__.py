@@ -72,7 +72,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("mamba", ("MambaForCausalLM", "FalconMambaForCausalLM"), ("mamba", "falcon_mamba"), ("mamba",)),
     Family("mamba2", ("Mamba2ForCausalLM",), ("mamba2",), ("mamba2",)),
     Family("bamba", ("BambaForCausalLM",), ("bamba",), ("granitehybrid",)),
-    Family("nemotron_h", ("NemotronHForCausalLM",), ("nemotron_h",), ("nemotron_h",)),
+    Family("nemotron_h", ("NemotronHForCausalLM",), ("nemotron_h",), ("nemotron_h", "nemotron_h_moe")),
     Family("jamba", ("JambaForCausalLM",), ("jamba",), ("jamba",)),
     # attention and a Mamba2 mixer side by side in every layer (a ParallelCache per layer)
     Family("falcon_h1", ("FalconH1ForCausalLM",), ("falcon_h1",), ("falcon-h1",)),
