@@ -59,26 +59,11 @@ class ModelArgs(llama.ModelArgs, MambaArgs):
                 f"{len(self.mlp_multipliers)} and {len(self.ssm_multipliers)}"
             )
 
+    INNER_KEYS = "mamba_d_ssm"
+
     @property
     def mamba_inner(self) -> int:
         return self.mamba_d_ssm or self.mamba_expand * self.hidden_size
-
-    def check_mamba(self) -> None:
-        """As MambaArgs.check_mamba, with mamba_d_ssm as the inner size."""
-        inner = self.mamba_inner
-        if self.mamba_d_head == "auto":
-            self.mamba_d_head = inner // self.mamba_n_heads
-        if int(self.mamba_d_head) * self.mamba_n_heads != inner:
-            raise ConfigError(
-                f"mamba_n_heads * mamba_d_head ({self.mamba_n_heads} * {self.mamba_d_head}) must equal "
-                f"mamba_d_ssm ({inner})"
-            )
-        if self.mamba_n_groups < 1 or self.mamba_n_heads % self.mamba_n_groups:
-            raise ConfigError(
-                f"mamba_n_groups={self.mamba_n_groups} must divide mamba_n_heads={self.mamba_n_heads}"
-            )
-        if self.hidden_act != "silu":
-            raise ConfigError(f"hidden_act {self.hidden_act!r}: the Mamba mixers run SiLU only")
 
     def is_attention(self, layer: int) -> bool:
         return False  # every layer has a Mamba mixer (and attention beside it)

@@ -35,15 +35,22 @@ class MambaArgs:
     mamba_proj_bias: bool = False
     time_step_limit: tuple[float, float] | list[float] | None = (0.0, math.inf)
 
+    INNER_KEYS = "mamba_expand * hidden_size"  # what sets the mixer's inner size (a family may say otherwise)
+
+    @property
+    def mamba_inner(self) -> int:
+        """The mixer's inner size d_inner (Falcon-H1 gives it as mamba_d_ssm)."""
+        return self.mamba_expand * self.hidden_size  # type: ignore[attr-defined]
+
     def check_mamba(self) -> None:
         """Resolve mamba_d_head "auto" and check the sizes agree (one message naming the keys)."""
-        inner = self.mamba_expand * self.hidden_size  # type: ignore[attr-defined]
+        inner = self.mamba_inner
         if self.mamba_d_head == "auto":
             self.mamba_d_head = inner // self.mamba_n_heads
         if int(self.mamba_d_head) * self.mamba_n_heads != inner:
             raise ConfigError(
                 f"mamba_n_heads * mamba_d_head ({self.mamba_n_heads} * {self.mamba_d_head}) must equal "
-                f"mamba_expand * hidden_size ({inner})"
+                f"{self.INNER_KEYS} ({inner})"
             )
         if self.mamba_n_groups < 1 or self.mamba_n_heads % self.mamba_n_groups:
             raise ConfigError(

@@ -14,7 +14,6 @@ from typing import Any
 from blazr.errors import ConfigError
 from blazr.models import mamba2
 from blazr.models.base import BaseModelArgs
-from blazr.models.cache import SSMStateCache
 from blazr.models.layers.mamba1 import MambaMixer, MambaShape
 from blazr.models.layers.ssm import check_conv_weight
 
@@ -68,9 +67,6 @@ class Model(mamba2.Model):
     def make_block(self, layer: int) -> mamba2.Mamba2Block:
         mixer = MambaMixer(self.be, self.args.mamba_shape, layer)
         return mamba2.Mamba2Block(layer, mixer, self.make_norm(self.args.hidden_size))
-
-    def make_cache(self, num_blocks: int, block_size: int, num_seqs: int = 1) -> list[SSMStateCache]:
-        return [SSMStateCache(*layer.mixer.make_state(num_seqs)) for layer in self.layers]
 
     def sanitize(self, weights: dict[str, Any]) -> dict[str, Any]:
         a = self.args
