@@ -23,6 +23,7 @@ from blazr.commands import (
     serve,
     sound_review,
     speak,
+    swarm,
     transcribe,
 )
 from blazr.errors import BlazrError
@@ -30,7 +31,7 @@ from blazr.errors import BlazrError
 # optional module -> the feature it gives (pyproject [project.optional-dependencies]). Only features with code
 # behind them are here: a CUDA backend is not built yet, so having cupy installed adds nothing to --version;
 # speech recognition needs no extra (soundfile and soxr are core dependencies).
-OPTIONAL_FEATURES = (("wgpu", "wgpu"), ("quart", "server"))
+OPTIONAL_FEATURES = (("wgpu", "wgpu"), ("quart", "server"), ("ray", "distributed"))
 
 
 class BlazrGroup(TyperGroup):
@@ -120,6 +121,7 @@ app.command("rerank")(embed.rerank)
 app.command("transcribe")(transcribe.transcribe)
 app.command("speak")(speak.speak)
 app.command("sound-review")(sound_review.sound_review)
+app.command("swarm")(swarm.swarm)
 
 
 def main() -> None:

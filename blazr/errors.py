@@ -61,3 +61,8 @@ class LoraLoadError(BlazrError):
 
 class LoraNotFoundError(BlazrError):
     """A request or a call that names a LoRA adapter the model has not loaded."""
+
+
+class UnavailableError(BlazrError):
+    """A part of a cluster that is down for now (a replica whose process or node went away): the request may
+    succeed if retried, on another replica or once this one has restarted."""

@@ -45,6 +45,9 @@ def build_binary(work: Path) -> Path:
     cmd += ["--add-data", f"{REPO / 'shaders'}{os.pathsep}blazr/shaders"]  # blazr/shaders links to it
     cmd += [arg for name in COLLECT_ALL for arg in ("--collect-all", name)]
     cmd += [arg for name in COLLECT_SUBMODULES for arg in ("--collect-submodules", name)]
+    # `blazr swarm` runs Ray's own processes (`python -m ray.scripts.scripts start`), which a one-file binary
+    # cannot start: the archive leaves Ray out (~100 MB of binaries) and its swarm says to pip install it
+    cmd += ["--exclude-module", "ray"]
     cmd += ["--distpath", str(work / "dist"), "--workpath", str(work / "build"), "--specpath", str(work)]
     subprocess.run([*cmd, str(REPO / "packaging" / "entry.py")], check=True)
     return work / "dist" / ("blazr.exe" if platform.system() == "Windows" else "blazr")

@@ -102,7 +102,8 @@ def test_version_through_the_entry_point():
     )
     assert proc.returncode == 0, proc.stderr
     assert re.fullmatch(
-        rf"blazr {re.escape(__version__)}( \((wgpu|server)(, (wgpu|server))*\))?\n", proc.stdout
+        rf"blazr {re.escape(__version__)}( \((wgpu|server|distributed)(, (wgpu|server|distributed))*\))?\n",
+        proc.stdout,
     )
 
 
@@ -487,9 +488,9 @@ def test_version_lists_only_features_that_work(monkeypatch):
         importlib.util, "find_spec", lambda name: object()
     )  # every optional package installed
     monkeypatch.setattr(cli, "_wgpu_adapter_found", lambda: False)
-    assert cli.enabled_features() == ["server"]
+    assert cli.enabled_features() == ["server", "distributed"]
     monkeypatch.setattr(cli, "_wgpu_adapter_found", lambda: True)
-    assert cli.enabled_features() == ["wgpu", "server"]
+    assert cli.enabled_features() == ["wgpu", "server", "distributed"]
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from blazr.errors import (
     ModelNotFoundError,
     TemplateError,
     TokenizerError,
+    UnavailableError,
     UnsupportedError,
 )
 
@@ -124,6 +125,8 @@ def api_error_from_blazr(error: BlazrError) -> ApiError:
         return ApiError(400, message, param=_field_named_in(message))
     if isinstance(error, (CheckpointError, UnsupportedError, TokenizerError, TemplateError)):
         return ApiError(400, message)
+    if isinstance(error, UnavailableError):  # a swarm replica that went away: another one, or it, will answer
+        return ApiError(503, message, headers={"Retry-After": "1"})
     return ApiError(500, message, type="server_error")
 
 

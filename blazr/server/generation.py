@@ -222,9 +222,21 @@ async def generate_n(
     return list(await asyncio.gather(*runs))
 
 
+def check_local(model: LoadedModel) -> None:
+    """400 for a model whose weights are on a swarm's replicas: its hidden states are not here to pool."""
+    if getattr(model.llm, "remote", False):
+        raise ApiError(
+            400,
+            f"model '{model.name}' runs on a swarm's replicas, which serve generation only: embed with an "
+            "embedding model (serve one beside it) instead",
+            param="model",
+        )
+
+
 async def embed(model: LoadedModel, texts: list[list[int]]) -> np.ndarray:
     """(N, D) L2-normalised mean of the final hidden states of each token list, computed on the engine
     thread so it never overlaps a decode step of the same model."""
+    check_local(model)
     for i, ids in enumerate(texts):
         if not ids:
             raise ApiError(400, f"input {i} is empty; every input needs at least one token", param="input")

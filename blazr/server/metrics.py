@@ -162,23 +162,27 @@ class Metrics:
         self._prune()
         self.tokens_per_second.set(sum(n for _, n in self._generated) / RATE_WINDOW)
 
-    def observe_engines(self, engines: dict[str, Any]) -> None:
-        """Set the engine gauges from each generation model's Engine (name -> blazr.engine.Engine); models no
+    def observe_engines(
+        self, engines: dict[str, Any], counted: dict[str, dict[str, int]] | None = None
+    ) -> None:
+        """Set the engine gauges from each generation model's Engine (name -> blazr.engine.Engine), and from
+        counts gathered elsewhere (name -> engine_counts' keys: a swarm model's replicas, summed); models no
         longer loaded drop out. Plain reads of the engine thread's counters: a scrape sees one recent step."""
         gauges = (self.kv_blocks_used, self.kv_blocks_total, self.kv_utilization, self.running, self.waiting)
         gauges += (self.spec_drafted, self.spec_accepted, self.spec_acceptance)
         for gauge in gauges:
             gauge.clear()
-        self.decode_slots.set(sum(len(engine.scheduler.running) for engine in engines.values()))
+        counts = {name: engine_counts(engine) for name, engine in engines.items()} | (counted or {})
+        self.decode_slots.set(sum(c["running"] for c in counts.values()))
         self._observe_rate()
-        for name, engine in engines.items():
-            total = engine.pool.num_blocks
-            used = total - engine.pool.num_free
+        for name, c in counts.items():
+            used, total = c["kv_blocks_used"], c["kv_blocks_total"]
             self.kv_blocks_used.labels(name).set(used)
             self.kv_blocks_total.labels(name).set(total)
-            self.kv_utilization.labels(name).set(used / total)
-            self.running.labels(name).set(len(engine.scheduler.running))
-            self.waiting.labels(name).set(len(engine.scheduler.waiting))
+            self.kv_utilization.labels(name).set(used / total if total else 0.0)
+            self.running.labels(name).set(c["running"])
+            self.waiting.labels(name).set(c["waiting"])
+        for name, engine in engines.items():
             stats = getattr(engine, "spec_stats", None)
             if stats is not None:  # speculative decoding on for this model
                 self.spec_drafted.labels(name).set(stats.drafted)
@@ -188,3 +192,13 @@ class Metrics:
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""
         return generate_latest(self.registry)
+
+
+def engine_counts(engine: Any) -> dict[str, int]:
+    """An Engine's running and waiting sequences and KV blocks (in use, total)."""
+    return {
+        "running": len(engine.scheduler.running),
+        "waiting": len(engine.scheduler.waiting),
+        "kv_blocks_used": engine.pool.num_blocks - engine.pool.num_free,
+        "kv_blocks_total": engine.pool.num_blocks,
+    }

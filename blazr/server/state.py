@@ -138,7 +138,10 @@ def warm_up(llm: Any) -> None:
 
 def start_runner(llm: Any) -> Any:
     """The thread that runs a loaded model's work: the engine's step loop, an encoder's EmbedWorker, a
-    Whisper model's TranscribeWorker or a voice's SpeakWorker."""
+    Whisper model's TranscribeWorker or a voice's SpeakWorker; a swarm's model brings its own (its replicas)."""
+    own_runner = getattr(llm, "start_runner", None)
+    if own_runner is not None:
+        return own_runner()
     if llm.task == "generate":
         return AsyncEngine(llm.engine)
     if llm.task == "speak":

@@ -13,7 +13,7 @@ from quart import Blueprint, jsonify
 from blazr.server import openai_schemas as schemas
 from blazr.server.encoder_calls import encoder_vectors
 from blazr.server.errors import ApiError
-from blazr.server.generation import embed
+from blazr.server.generation import check_local, embed
 from blazr.server.openai_format import embeddings_body
 from blazr.server.openai_request import load_model
 from blazr.server.openapi import documented
@@ -96,6 +96,7 @@ async def embeddings():
             prompt_name=get_str(body, "prompt_name"),
         )
         return jsonify(embeddings_body(model.name, vectors, encoding, tokens))
+    check_local(model)
     width = model.llm.model.args.hidden_size
     if dimensions is not None and dimensions != width:
         raise ApiError(

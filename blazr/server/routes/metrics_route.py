@@ -21,7 +21,10 @@ async def metrics():
     state = current_state()
     loaded = state.models.loaded()
     state.metrics.loaded_models.set(len(loaded))
-    state.metrics.observe_engines({m.name: m.llm.engine for m in loaded if m.task == "generate"})
+    generators = [m for m in loaded if m.task == "generate"]
+    local = {m.name: m.llm.engine for m in generators if not getattr(m.llm, "remote", False)}
+    remote = {m.name: await m.engine.counts() for m in generators if getattr(m.llm, "remote", False)}
+    state.metrics.observe_engines(local, remote)
     admission = state.models.admission
     state.metrics.observe_admission(admission.tokens, admission.max_tokens)
     if time.monotonic() - state.metrics.models_counted_at >= RECOUNT_SECS:

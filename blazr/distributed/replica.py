@@ -1,0 +1,108 @@
+"""EngineReplica: one copy of a text model and its engine, living in a Ray actor process on some node.
+
+The leader talks to it through three calls: `submit` starts a request, `abort` stops one, and `outputs` is one
+long streaming call per leader that carries every request's outputs back, batched: whatever the engine's steps
+produced since the last batch, as [(request_id, RequestOutput or the error that ended it)]. One streamed
+object per engine step instead of one per token and request keeps Ray's per-object cost (~1 ms of CPU on
+this machine's cores, which the engine also needs) from growing with the number of streams.
+
+Ray runs the methods on the actor's event loop (an async actor); the engine steps on its own thread
+(AsyncEngine), so many requests run as one continuous batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from blazr.config import Settings
+from blazr.engine.request import SamplingParams
+from blazr.errors import UnsupportedError
+
+
+class EngineReplica:
+    """Wrapped by ray.remote in replica_set.py; `__init__` loads the model (Ray reruns it on a restart)."""
+
+    def __init__(self, model_path: str, settings: Settings):
+        from blazr.engine.async_engine import AsyncEngine
+        from blazr.server.model_loading import load_for_serving
+
+        path = Path(model_path)
+        if not path.exists():
+            raise FileNotFoundError(f"the model {model_path} is not on node {socket.gethostname()}")
+        self.llm = load_for_serving(path, settings)
+        if self.llm.task != "generate":
+            raise UnsupportedError(f"{model_path} is not a text generation model; a swarm serves those")
+        self.engine = AsyncEngine(self.llm.engine)
+        self._warm: asyncio.Task | None = None
+        self._requests: dict[
+            str, asyncio.Task
+        ] = {}  # request id -> the task moving its outputs to the outbox
+        self._outbox: list[tuple[str, Any]] = []
+        self._posted: asyncio.Event | None = None  # made on the actor's event loop
+
+    async def ready(self) -> dict[str, Any]:
+        """Warm the kernels once (numba compiles on first use), then describe this replica."""
+        from blazr.server.state import warm_up
+
+        if self._warm is None:
+            self._warm = asyncio.ensure_future(self.engine.run(lambda: warm_up(self.llm)))
+        await self._warm
+        engine = self.llm.engine
+        return {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "backend": self.llm.backend.name,
+            "num_ctx": engine.num_ctx,
+            "vocab_size": engine.vocab_size,
+            "block_size": engine.pool.block_size,
+        }
+
+    async def submit(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> None:
+        """Start a request; its outputs (or its error) arrive through `outputs`."""
+        task = asyncio.ensure_future(self._pump(request_id, prompt_ids, params))
+        self._requests[request_id] = task
+
+    async def abort(self, request_id: str) -> None:
+        """Stop a request (its client left): the engine frees its KV blocks. Unknown ids are ignored."""
+        task = self._requests.pop(request_id, None)
+        if task is not None:
+            task.cancel()
+
+    async def outputs(self) -> AsyncIterator[list[tuple[str, Any]]]:
+        """Every request's outputs, a batch per wake-up, until the leader cancels the call."""
+        if self._posted is None:
+            self._posted = asyncio.Event()
+        while True:
+            await self._posted.wait()
+            await asyncio.sleep(0)  # let the other requests' outputs of the same engine step be posted too
+            self._posted.clear()
+            batch, self._outbox = self._outbox, []
+            yield batch
+
+    def counts(self) -> dict[str, int]:
+        """Running and waiting sequences and KV blocks, for the leader's /metrics."""
+        from blazr.server.metrics import engine_counts
+
+        return engine_counts(self.llm.engine)
+
+    async def _pump(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> None:
+        try:
+            async for output in self.engine.generate(prompt_ids, params, request_id=request_id):
+                self._post(request_id, output)
+        except asyncio.CancelledError:
+            pass  # aborted: generate's clean-up aborted the engine request
+        except Exception as error:  # ends this request only; the leader raises it to its client
+            self._post(request_id, error)
+        finally:
+            self._requests.pop(request_id, None)
+
+    def _post(self, request_id: str, item: Any) -> None:
+        self._outbox.append((request_id, item))
+        if self._posted is None:
+            self._posted = asyncio.Event()
+        self._posted.set()
