@@ -21,34 +21,44 @@ from typing import Any
 
 from blazr.config import Settings
 from blazr.engine.request import SamplingParams
-from blazr.errors import UnsupportedError
+from blazr.errors import ModelNotFoundError, UnsupportedError
 
 
 class EngineReplica:
     """Wrapped by ray.remote in replica_set.py; `__init__` loads the model (Ray reruns it on a restart)."""
 
     def __init__(self, model_path: str, settings: Settings):
-        from blazr.engine.async_engine import AsyncEngine
-        from blazr.server.model_loading import load_for_serving
-
-        path = Path(model_path)
-        if not path.exists():
-            raise FileNotFoundError(f"the model {model_path} is not on node {socket.gethostname()}")
-        self.llm = load_for_serving(path, settings)
-        if self.llm.task != "generate":
-            raise UnsupportedError(f"{model_path} is not a text generation model; a swarm serves those")
-        self.engine = AsyncEngine(self.llm.engine)
-        self._warm: asyncio.Task | None = None
         self._requests: dict[
             str, asyncio.Task
         ] = {}  # request id -> the task moving its outputs to the outbox
         self._outbox: list[tuple[str, Any]] = []
         self._posted: asyncio.Event | None = None  # made on the actor's event loop
+        self._warm: asyncio.Task | None = None
+        self._load_error: Exception | None = None
+        try:
+            self._load(Path(model_path), settings)
+        except Exception as error:  # kept for `ready` to raise: an actor dying in __init__ loses the error
+            self._load_error = error
+
+    def _load(self, path: Path, settings: Settings) -> None:
+        from blazr.engine.async_engine import AsyncEngine
+        from blazr.server.model_loading import load_for_serving
+
+        if not path.exists():
+            raise ModelNotFoundError(
+                f"the model {path} is not on node {socket.gethostname()}: put it at the same path on every machine"
+            )
+        self.llm = load_for_serving(path, settings)
+        if self.llm.task != "generate":
+            raise UnsupportedError(f"{path} is not a text generation model; a swarm serves those")
+        self.engine = AsyncEngine(self.llm.engine)
 
     async def ready(self) -> dict[str, Any]:
         """Warm the kernels once (numba compiles on first use), then describe this replica."""
         from blazr.server.state import warm_up
 
+        if self._load_error is not None:
+            raise self._load_error
         if self._warm is None:
             self._warm = asyncio.ensure_future(self.engine.run(lambda: warm_up(self.llm)))
         await self._warm

@@ -71,6 +71,7 @@ class ReplicaSet:
             try:
                 self.info[i] = self.ray.get(ref)
             except self.ray.exceptions.RayError as error:
+                self.shutdown()
                 raise _cause(error) from None
             self.live[i] = True
         self.router = PrefixRouter(len(refs), block_size=self.info[0]["block_size"])

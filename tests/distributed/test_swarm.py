@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -238,6 +238,17 @@ def test_a_replica_killed_mid_stream_ends_its_stream_with_an_error_and_comes_bac
         time.sleep(0.5)
     assert ring.info[killed[0]]["pid"] != killed[1]
     assert complete(swarm, "after the restart")["choices"][0]["text"]
+
+
+def test_a_model_missing_on_a_node_fails_the_load_naming_the_node(cluster):
+    from blazr.config import Settings
+    from blazr.distributed.replica_set import ReplicaSet
+    from blazr.errors import ModelNotFoundError
+
+    ray, _ = cluster
+    replicas = ReplicaSet(ray, "/no/such/model.gguf", Settings(), 1, 1)
+    with pytest.raises(ModelNotFoundError, match="is not on node"):
+        replicas.wait_ready(timeout=60)
 
 
 def test_a_worker_with_the_wrong_token_is_refused(cluster):
