@@ -8,7 +8,14 @@ aggregate tokens/s and the inter-token latency of
 
 - serve: `blazr serve`, one process with all --threads;
 - swarm x1: the leader and one replica with all --threads (the pure overhead of the swarm's path);
-- swarm x2: two replicas with --threads/2 each (data parallel on one machine's cores).
+- swarm x2: two replicas with --threads/2 each (data parallel on one machine's cores);
+- disagg: `blazr disagg`, a router, a prefill worker and a decode worker, one replica each with all --threads
+  (the prefill replica idles while the decode replica generates, so they share the cores).
+
+Then the KV hand-off: --handoff-prompts prompts of ~1,000 tokens through `serve` and `disagg`, one at a time:
+the time to first token of each, and the router's own count of the hand-off (blazr_kv_handoff_seconds /
+blazr_kv_handoff_tokens in /metrics: exporting the rows on the prefill replica plus loading them on the decode
+replica) per 1,000 prompt tokens.
 
     python benchmarks/bench_swarm.py [--tokens 64] [--clients 1,8] [--threads 2] [--json out.json]
 """
@@ -19,9 +26,12 @@ import argparse
 import asyncio
 import json
 import platform
+import subprocess
 import sys
 import time
+from contextlib import contextmanager
 
+import httpx
 from bench_server import MODEL, load_round, serving, thread_env
 
 TOKEN = "bench-swarm-token-0"
@@ -38,10 +48,94 @@ def swarm_cmd(model, port: int, swarm_port: int, replicas: int, threads: int) ->
     return cmd + ["--replicas", str(replicas), "--cpus-per-replica", str(threads // replicas)]
 
 
-def measure(cmd: list[str], port: int, threads: int, clients: list[int], tokens: int) -> dict:
+def disagg_cmd(model, port: int, cluster_port: int, threads: int) -> list[str]:
+    cmd = [sys.executable, "-m", "blazr", "disagg", "--role", "router", "-m", str(model), "--port", str(port)]
+    cmd += ["--token", TOKEN, "--cluster-port", str(cluster_port), "--num-ctx", "2048", "--num-cpus", "0"]
+    return cmd + ["--cpus-per-replica", str(threads)]
+
+
+@contextmanager
+def disagg_serving(cmd: list[str], url: str, threads: int):
+    """The router, then a prefill and a decode worker once its cluster port listens (one `ray start` at a time:
+    two in the same second can race on one machine), until /health answers."""
+    cluster_port = int(cmd[cmd.index("--cluster-port") + 1])
+    procs = [
+        subprocess.Popen(cmd, env=thread_env(threads), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ]
+    try:
+        wait_until(lambda: _listening(cluster_port), 60)
+        for role in ("prefill", "decode"):
+            worker = [sys.executable, "-m", "blazr", "disagg", "--role", role, "--token", TOKEN]
+            worker += ["--router", f"127.0.0.1:{cluster_port}", "--num-cpus", str(threads)]
+            procs.append(subprocess.Popen(worker, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            time.sleep(3)
+        wait_until(lambda: _healthy(url), 300)
+        yield
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+            proc.wait(60)
+
+
+def wait_until(ready, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not ready within {timeout} s")
+        time.sleep(0.5)
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def measure(cmd: list[str], port: int, threads: int, clients: list[int], tokens: int, handoff: int) -> dict:
     url = f"http://127.0.0.1:{port}"
-    with serving(cmd, url, "/health", thread_env(threads), timeout=300):
-        return {n: asyncio.run(load_round(url, n, tokens)) for n in clients}
+    if "disagg" in cmd:
+        server = disagg_serving(cmd, url, threads)
+    else:
+        server = serving(cmd, url, "/health", thread_env(threads), timeout=300)
+    with server:
+        out = {n: asyncio.run(load_round(url, n, tokens)) for n in clients}
+        if handoff:
+            out["handoff"] = long_prompts(url, handoff)
+        return out
+
+
+def long_prompts(url: str, count: int) -> dict:
+    """TTFT of `count` ~1,000-token prompts, one at a time; the hand-off counters when the server has them."""
+    text = " ".join(f"word{i % 97}" for i in range(400))  # ~1,000 SmolLM2 tokens
+    ttft = []
+    for i in range(count):
+        body = {"prompt": f"{i} {text}", "max_tokens": 2, "temperature": 0, "stream": True}
+        sent = time.perf_counter()
+        with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=300) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: "):
+                    ttft.append(time.perf_counter() - sent)
+                    break
+    metrics = httpx.get(f"{url}/metrics", timeout=30).text
+    counters = {
+        line.split("{")[0]: float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith("blazr_kv_handoff_")
+    }
+    out = {"ttft_s": sorted(ttft)[len(ttft) // 2]}
+    if counters.get("blazr_kv_handoff_tokens"):
+        out["handoff_s_per_1000"] = (
+            1000 * counters["blazr_kv_handoff_seconds"] / counters["blazr_kv_handoff_tokens"]
+        )
+    return out
 
 
 def main() -> None:
@@ -52,6 +146,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--clients", default="1,8")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--handoff-prompts", type=int, default=5)
+    parser.add_argument("--setups", default="serve,swarm x1,swarm x2,disagg")
     parser.add_argument("--json")
     args = parser.parse_args()
     clients = [int(c) for c in args.clients.split(",")]
@@ -59,11 +155,15 @@ def main() -> None:
         "serve": serve_cmd(args.model, 18181, max(clients)),
         "swarm x1": swarm_cmd(args.model, 18182, 29191, 1, args.threads),
         "swarm x2": swarm_cmd(args.model, 18183, 29192, 2, args.threads),
+        "disagg": disagg_cmd(args.model, 18184, 29193, args.threads),
     }
+    setups = {name: cmd for name, cmd in setups.items() if name in args.setups.split(",")}
     results = {}
     for name, cmd in setups.items():
         started = time.monotonic()
-        results[name] = measure(cmd, int(cmd[cmd.index("--port") + 1]), args.threads, clients, args.tokens)
+        handoff = args.handoff_prompts if name in ("serve", "disagg") else 0
+        port = int(cmd[cmd.index("--port") + 1])
+        results[name] = measure(cmd, port, args.threads, clients, args.tokens, handoff)
         print(f"{name}: measured in {time.monotonic() - started:.0f} s", file=sys.stderr)
     print(
         f"# {platform.processor() or platform.machine()}, {args.threads} threads, {args.tokens} tokens/stream"
@@ -71,11 +171,22 @@ def main() -> None:
     print(f"{'setup':<10} {'clients':>7} {'tok/s':>8} {'ITL p50 ms':>11} {'TTFT p50 s':>11} {'vs serve':>9}")
     for name, rows in results.items():
         for n, row in rows.items():
+            if n == "handoff":
+                continue
             ratio = row["aggregate_tok_s"] / results["serve"][n]["aggregate_tok_s"]
             print(
                 f"{name:<10} {n:>7} {row['aggregate_tok_s']:>8.1f} {row['itl_p50_ms']:>11.2f} "
                 f"{row['ttft_p50_s']:>11.3f} {ratio:>8.2f}x"
             )
+    for name, rows in results.items():
+        if "handoff" in rows:
+            h = rows["handoff"]
+            extra = (
+                f", hand-off {h['handoff_s_per_1000'] * 1000:.1f} ms per 1,000 tokens"
+                if "handoff_s_per_1000" in h
+                else ""
+            )
+            print(f"{name}: ~1,000-token prompt TTFT p50 {h['ttft_s']:.3f} s{extra}")
     if args.json:
         with open(args.json, "w") as out:
             json.dump(results, out, indent=2)

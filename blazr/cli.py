@@ -16,6 +16,7 @@ from blazr.commands import (
     completions,
     convert,
     devices,
+    disagg,
     embed,
     generate,
     models,
@@ -122,6 +123,7 @@ app.command("transcribe")(transcribe.transcribe)
 app.command("speak")(speak.speak)
 app.command("sound-review")(sound_review.sound_review)
 app.command("swarm")(swarm.swarm)
+app.command("disagg")(disagg.disagg)
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ Every node holds the same --token: Ray's token authentication refuses a node or 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -67,38 +68,60 @@ def swarm(
     check_token_format(token)
     if num_cpus is not None and num_cpus < 0:
         raise ConfigError(f"--num-cpus must be 0 or more, got {num_cpus}")
-    if role == "leader" and (not 0 < swarm_port < 65536 or swarm_port in RAY_WORKER_PORTS):
-        raise ConfigError(
-            f"--swarm-port {swarm_port}: give a port from 1 to 65535 outside 10002-19999 (Ray's worker ports)"
-        )
+    if role == "leader":
+        check_cluster_port(swarm_port, "--swarm-port")
     if role == "worker":
         if not leader:
             raise ConfigError("--leader HOST:PORT is required for a worker (the leader's --swarm-port)")
-        _check_address(leader)
-        raise typer.Exit(_run_worker(leader, token, num_cpus, node_ip))
+        check_address(leader, "--leader")
+        raise typer.Exit(run_worker(leader, token, num_cpus, node_ip))
     params = locals()
     flags = {"server.host": (host, "--host"), "server.port": (port, "--port")}
     settings = apply_flags(o.settings_from_params(params), flags)
     _run_leader(settings, params, token)
 
 
-def _check_address(address: str) -> None:
+def check_address(address: str, flag: str) -> None:
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
-        raise ConfigError(f"--leader must be HOST:PORT (the leader's --swarm-port), got {address!r}")
+        raise ConfigError(f"{flag} must be HOST:PORT (the leader's cluster port), got {address!r}")
 
 
-def _run_worker(leader: str, token: str, num_cpus: int | None, node_ip: str | None) -> int:
-    """Join the leader's cluster and lend this machine's CPUs until stopped; the node's exit status."""
+def check_cluster_port(port: int, flag: str) -> None:
+    if not 0 < port < 65536 or port in RAY_WORKER_PORTS:
+        raise ConfigError(
+            f"{flag} {port}: give a port from 1 to 65535 outside 10002-19999 (Ray's worker ports)"
+        )
+
+
+def run_worker(
+    leader: str, token: str, num_cpus: int | None, node_ip: str | None, resource: str | None = None
+) -> int:
+    """Join the leader's cluster and lend this machine's CPUs (labelled `resource`, if given) until stopped;
+    the node's exit status."""
     from blazr.distributed.ray_cluster import check_leader_accepts, node_command, start_node, stop_node
 
     check_leader_accepts(leader, token)
-    node = start_node(node_command(head=False, address=leader, num_cpus=num_cpus, host=node_ip), token, None)
-    typer.echo(f"joined the swarm at {leader}; Ctrl-C leaves it", err=True)
+    labels = json.dumps({resource: 1000}) if resource else None  # room for any number of replicas
+    command = node_command(head=False, address=leader, num_cpus=num_cpus, host=node_ip, resources=labels)
+    node = start_node(command, token, None)
+    typer.echo(f"joined the cluster at {leader}; Ctrl-C leaves it", err=True)
     return _wait_for(node, stop_node)
 
 
 def _run_leader(settings: Settings, params: dict[str, Any], token: str) -> None:
+    from blazr.distributed.swarm_model import Placement
+
+    cpus = params["cpus_per_replica"] or os.cpu_count() or 1
+    joins = "blazr swarm --role worker --leader THIS-HOST:{port} --token ..."
+    run_leader(settings, params, token, Placement(params["replicas"], cpus), params["swarm_port"], joins)
+
+
+def run_leader(
+    settings: Settings, params: dict[str, Any], token: str, placement: Any, port: int, joins: str
+) -> None:
+    """Start the cluster's head node on `port`, place the model's replicas and serve HTTP until stopped.
+    `params`: the command's flags (model, model_dir, api_key, num_cpus, node_ip); `joins`: how workers join."""
     from blazr.commands.serve import collect_api_keys, serve_app
     from blazr.distributed.ray_cluster import connect, node_command, start_node, stop_node
     from blazr.distributed.swarm_model import swarm_loader
@@ -106,9 +129,7 @@ def _run_leader(settings: Settings, params: dict[str, Any], token: str) -> None:
 
     path = o.model_path(params["model"], settings, params["model_dir"])
     keys = collect_api_keys(params["api_key"] or [], settings)
-    cpus = params["cpus_per_replica"] or os.cpu_count() or 1
-    port = params["swarm_port"]
-    log_path = Path(tempfile.gettempdir()) / f"blazr-swarm-{port}.log"
+    log_path = Path(tempfile.gettempdir()) / f"blazr-cluster-{port}.log"
     with open(log_path, "ab") as log:
         command = node_command(
             head=True, address=str(port), num_cpus=params["num_cpus"], host=params["node_ip"]
@@ -117,17 +138,15 @@ def _run_leader(settings: Settings, params: dict[str, Any], token: str) -> None:
     try:
         ray = connect(f"{params['node_ip'] or '127.0.0.1'}:{port}", token, head)
         typer.echo(
-            f"swarm leader on port {port} (Ray's log: {log_path}); workers join with "
-            f"`blazr swarm --role worker --leader THIS-HOST:{port} --token ...`",
+            f"cluster head on port {port} (Ray's log: {log_path}); workers join with `{joins.format(port=port)}`",
             err=True,
         )
-        loader = swarm_loader(ray, params["replicas"], cpus, served=path)
         app = create_app(
             settings,
             model=str(path),
             model_dir=o.resolve_model_dir(settings, params["model_dir"]),
             api_keys=keys,
-            loader=loader,
+            loader=swarm_loader(ray, placement, served=path),
         )
         serve_app(app, settings)
     finally:

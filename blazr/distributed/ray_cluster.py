@@ -57,11 +57,11 @@ def check_leader_accepts(address: str, token: str) -> None:
         GcsClient(address=address).cluster_id  # noqa: B018 (the first call that authenticates)
     except ray.exceptions.AuthenticationError:
         raise ConfigError(
-            f"the swarm leader at {address} refused this worker's token: give the leader's --token "
+            f"the cluster's leader at {address} refused this worker's token: give the leader's --token "
             "(or BLAZR_SWARM_TOKEN)"
         ) from None
     except ray.exceptions.RpcError as error:
-        raise ConfigError(f"no swarm leader answered at {address}: {error}") from None
+        raise ConfigError(f"no cluster leader answered at {address}: {error}") from None
 
 
 def node_command(

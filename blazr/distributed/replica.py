@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -72,10 +73,41 @@ class EngineReplica:
             "block_size": engine.pool.block_size,
         }
 
-    async def submit(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> None:
-        """Start a request; its outputs (or its error) arrive through `outputs`."""
-        task = asyncio.ensure_future(self._pump(request_id, prompt_ids, params))
+    async def submit(
+        self, request_id: str, prompt_ids: list[int], params: SamplingParams, kv: dict | None = None
+    ) -> float:
+        """Start a request; its outputs (or its error) arrive through `outputs`. `kv`: the prompt's KV rows from
+        a prefill replica (`prefill`), loaded into the prefix cache first so only the prompt's last partial
+        block is computed here. Returns the seconds loading `kv` took."""
+        start = time.perf_counter()
+        if kv is not None:
+            slot = handoff_slot(request_id)
+            await self.engine.run(lambda: self.llm.engine.slots.load(slot, kv))
+        loaded = time.perf_counter() - start
+        task = asyncio.ensure_future(self._pump(request_id, prompt_ids, params, kv is not None))
         self._requests[request_id] = task
+        return loaded
+
+    async def prefill(self, request_id: str, prompt_ids: list[int]) -> tuple[dict[str, Any], dict]:
+        """Compute the prompt's KV and return (timings, its rows): whole blocks as SlotStore.export gives them,
+        freed here; what a decode replica's `submit` takes. Called with num_returns=2: the leader awaits the
+        small first object and passes the second's reference on, so the rows go from this node's object store
+        to the decode replica's node directly (within one node, mapped without a copy)."""
+        slot = handoff_slot(request_id)
+        prompt_only = SamplingParams(max_tokens=1, temperature=0.0, slot_id=slot)  # the one token is dropped
+        start = time.perf_counter()
+        async for _ in self.engine.generate(prompt_ids, prompt_only, request_id=request_id):
+            pass
+        computed = time.perf_counter()
+        engine = self.llm.engine
+        try:
+            rows = await self.engine.run(lambda: engine.slots.export(slot))
+        finally:
+            await self.engine.run(lambda: engine.slots.remove(slot))
+        timings = {"tokens": len(rows["token_ids"]), "prefill_s": computed - start}
+        timings["export_s"] = time.perf_counter() - computed
+        timings["bytes"] = sum(array.nbytes for array in rows.values())
+        return timings, rows
 
     async def abort(self, request_id: str) -> None:
         """Stop a request (its client left): the engine frees its KV blocks. Unknown ids are ignored."""
@@ -95,12 +127,14 @@ class EngineReplica:
             yield batch
 
     def counts(self) -> dict[str, int]:
-        """Running and waiting sequences and KV blocks, for the leader's /metrics."""
+        """Running and waiting sequences, KV blocks (the leader's /metrics) and slots (hand-offs in flight)."""
         from blazr.server.metrics import engine_counts
 
-        return engine_counts(self.llm.engine)
+        return engine_counts(self.llm.engine) | {"slots": len(self.llm.engine.slots.slots)}
 
-    async def _pump(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> None:
+    async def _pump(
+        self, request_id: str, prompt_ids: list[int], params: SamplingParams, handed: bool
+    ) -> None:
         try:
             async for output in self.engine.generate(prompt_ids, params, request_id=request_id):
                 self._post(request_id, output)
@@ -110,9 +144,17 @@ class EngineReplica:
             self._post(request_id, error)
         finally:
             self._requests.pop(request_id, None)
+            if handed:  # the handed-over blocks stay cached like any finished prompt's, no longer pinned
+                slots = self.llm.engine.slots
+                await self.engine.run(lambda: slots.remove(handoff_slot(request_id)))
 
     def _post(self, request_id: str, item: Any) -> None:
         self._outbox.append((request_id, item))
         if self._posted is None:
             self._posted = asyncio.Event()
         self._posted.set()
+
+
+def handoff_slot(request_id: str) -> str:
+    """The slot holding a request's prompt KV while it moves from a prefill replica to a decode replica."""
+    return f"handoff:{request_id}"

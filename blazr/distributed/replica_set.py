@@ -16,7 +16,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from blazr.config import Settings
 from blazr.distributed.prefix_router import PrefixRouter
@@ -24,48 +24,62 @@ from blazr.distributed.replica import EngineReplica
 from blazr.engine.request import RequestOutput, SamplingParams
 from blazr.errors import ConfigError, UnavailableError, UnsupportedError
 
+if TYPE_CHECKING:
+    from blazr.distributed.prefill_pool import PrefillPool
+
 log = logging.getLogger("blazr.swarm")
 READY_TIMEOUT_S = 600.0  # loading and warming a model on a worker that is still joining
 RESTART_POLL_S = 1.0
 
 
-class ReplicaSet:
+class ActorGroup:
+    """N EngineReplica actors of one model, placed by Ray on nodes with `cpus_per_replica` free CPUs (and
+    `resource`, a label only some nodes advertise: disaggregated serving's prefill and decode nodes), with
+    the liveness the leader tracks: `live[i]`, requests `in_flight[i]`, and `info[i]` from `ready`."""
+
+    role = "replica"
+
     def __init__(
-        self, ray: ModuleType, model_path: str, settings: Settings, replicas: int, cpus_per_replica: int
+        self,
+        ray: ModuleType,
+        model_path: str,
+        settings: Settings,
+        replicas: int,
+        cpus_per_replica: int,
+        resource: str | None = None,
     ):
         if replicas < 1 or cpus_per_replica < 1:
-            raise ConfigError("--replicas and --cpus-per-replica must be at least 1")
+            raise ConfigError(
+                f"{self.role}s and their CPUs must be at least 1 (got {replicas} x {cpus_per_replica})"
+            )
         self.ray = ray
         self.model_path = model_path
-        self.settings = settings
-        self._actor = ray.remote(EngineReplica).options(
+        actor = ray.remote(EngineReplica).options(
             num_cpus=cpus_per_replica,
+            resources={resource: 1} if resource else None,
             max_restarts=-1,  # Ray recreates a replica whose process or node died
             max_task_retries=0,  # a generation is not replayed: its stream already went to the client
             max_concurrency=1024,  # requests stream side by side; the engine batches them
             scheduling_strategy="SPREAD",  # one replica per node while nodes have room
             runtime_env={"env_vars": {"NUMBA_NUM_THREADS": str(cpus_per_replica)}},
         )
-        self.handles = [self._actor.remote(model_path, settings) for _ in range(replicas)]
+        self.handles = [actor.remote(model_path, settings) for _ in range(replicas)]
         self.live = [False] * replicas
         self.in_flight = [0] * replicas
         self.info: list[dict[str, Any] | None] = [None] * replicas
-        self.router = PrefixRouter(replicas)
         self._restarts: dict[int, asyncio.Task] = {}
-        self._readers: dict[int, asyncio.Task] = {}  # replica -> the task reading its outputs stream
-        self._queues: list[dict[str, asyncio.Queue]] = [{} for _ in range(replicas)]  # request id -> outputs
         self._stopped = False
 
-    # ---- start-up (blocking: the server runs it in a thread) ---------------------------------------------
-
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> dict[str, Any]:
-        """Wait until every replica has loaded and warmed its model; the first one's description."""
+        """Wait until every replica has loaded and warmed its model (blocking: the server runs it in a
+        thread); the first one's description."""
         refs = [handle.ready.remote() for handle in self.handles]
         _, pending = self.ray.wait(refs, num_returns=len(refs), timeout=timeout)
         if pending:
+            self.shutdown()
             raise UnavailableError(
-                f"{len(pending)} of {len(refs)} replicas of {self.model_path} did not start within {timeout:.0f} s: "
-                "the cluster has too few free CPUs for them (add workers, or lower --replicas or --cpus-per-replica)"
+                f"{len(pending)} of {len(refs)} {self.role}s of {self.model_path} did not start within "
+                f"{timeout:.0f} s: the cluster has too few free CPUs for them ({self.placement_hint})"
             )
         for i, ref in enumerate(refs):
             try:
@@ -74,8 +88,76 @@ class ReplicaSet:
                 self.shutdown()
                 raise _cause(error) from None
             self.live[i] = True
-        self.router = PrefixRouter(len(refs), block_size=self.info[0]["block_size"])
         return self.info[0]
+
+    placement_hint = "add workers, or lower --replicas or --cpus-per-replica"
+
+    def shutdown(self, timeout: float | None = 5.0) -> None:
+        self._stopped = True
+        for task in self._restarts.values():
+            task.cancel()
+        for handle in self.handles:
+            self.ray.kill(handle, no_restart=True)
+
+    def _lost(self, replica: int) -> None:
+        """Take a replica out of use and wait for Ray to restart it."""
+        if not self.live[replica] or self._stopped:
+            return
+        self.live[replica] = False
+        log.warning(
+            "%s %d of %s was lost; waiting for Ray to restart it", self.role, replica, self.model_path
+        )
+        self._restarts[replica] = asyncio.ensure_future(self._await_restart(replica))
+
+    async def _await_restart(self, replica: int) -> None:
+        """Back into use once the restarted actor has loaded and warmed its model."""
+        while not self._stopped:
+            try:
+                self.info[replica] = await self.handles[replica].ready.remote()
+            except self.ray.exceptions.RayActorError:
+                await asyncio.sleep(RESTART_POLL_S)  # still dead or restarting
+                continue
+            except self.ray.exceptions.RayTaskError as error:  # the restarted actor failed to load
+                log.error(
+                    "%s %d of %s failed to restart: %s", self.role, replica, self.model_path, _cause(error)
+                )
+                return
+            self._back(replica)
+            self.live[replica] = True
+            self._restarts.pop(replica, None)
+            log.info("%s %d of %s is back", self.role, replica, self.model_path)
+            return
+
+    def _back(self, replica: int) -> None:
+        """A restarted replica is about to take requests again."""
+
+
+class ReplicaSet(ActorGroup):
+    """The leader's engine: whole requests on replicas, or with `prefill` (disaggregated serving) the
+    prompt's KV computed on a prefill replica and decoding on one of these."""
+
+    def __init__(
+        self,
+        ray: ModuleType,
+        model_path: str,
+        settings: Settings,
+        replicas: int,
+        cpus_per_replica: int,
+        resource: str | None = None,
+        prefill: PrefillPool | None = None,
+    ):
+        super().__init__(ray, model_path, settings, replicas, cpus_per_replica, resource)
+        self.prefill = prefill
+        self.router = PrefixRouter(replicas)
+        self._readers: dict[int, asyncio.Task] = {}  # replica -> the task reading its outputs stream
+        self._queues: list[dict[str, asyncio.Queue]] = [{} for _ in range(replicas)]  # request id -> outputs
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> dict[str, Any]:
+        if self.prefill is not None:
+            self.prefill.wait_ready(timeout)
+        info = super().wait_ready(timeout)
+        self.router = PrefixRouter(len(self.handles), block_size=info["block_size"])
+        return info
 
     # ---- AsyncEngine's interface -------------------------------------------------------------------------
 
@@ -112,11 +194,11 @@ class ReplicaSet:
         """Requests end when their stream is closed (generate's caller stops reading)."""
 
     def shutdown(self, timeout: float | None = 5.0) -> None:
-        self._stopped = True
-        for task in [*self._restarts.values(), *self._readers.values()]:
+        for task in self._readers.values():
             task.cancel()
-        for handle in self.handles:
-            self.ray.kill(handle, no_restart=True)
+        super().shutdown(timeout)
+        if self.prefill is not None:
+            self.prefill.shutdown(timeout)
 
     async def counts(self) -> dict[str, int]:
         """The live replicas' engine counts, summed (the leader's /metrics)."""
@@ -126,6 +208,9 @@ class ReplicaSet:
             if isinstance(counts, dict):  # a replica lost since: left out until it is back
                 for key in total:
                     total[key] += counts[key]
+        if self.prefill is not None:
+            total["handoff_tokens"] = self.prefill.handed_tokens
+            total["handoff_seconds"] = self.prefill.export_seconds + self.prefill.load_seconds
         return total
 
     # ---- streaming and failure ---------------------------------------------------------------------------
@@ -142,10 +227,16 @@ class ReplicaSet:
         self.in_flight[replica] += 1
         unfinished, started = params.n, False
         try:
+            # disaggregated: the prompt's KV rows, as a reference into Ray's object store (never fetched here)
+            kv = await self.prefill.kv_rows(request_id, prompt_ids) if self.prefill is not None else None
             try:
-                await self.handles[replica].submit.remote(request_id, prompt_ids, params)
+                loaded = await self.handles[replica].submit.remote(request_id, prompt_ids, params, kv)
+                if self.prefill is not None:
+                    self.prefill.load_seconds += loaded
             except self.ray.exceptions.RayActorError:
                 self._lost(replica)
+            except self.ray.exceptions.RayTaskError as error:
+                raise _cause(error) from None
             while unfinished:
                 item = await queue.get()
                 if item is _LOST:
@@ -189,35 +280,18 @@ class ReplicaSet:
             raise
 
     def _lost(self, replica: int) -> None:
-        """Take a replica out of routing, end its requests and wait for Ray to restart it."""
+        """Also end the requests it was serving and forget what it cached."""
         for queue in self._queues[replica].values():
             queue.put_nowait(_LOST)
-        if not self.live[replica] or self._stopped:
-            return
-        self.live[replica] = False
-        self.router.forget(replica)
-        log.warning("replica %d of %s was lost; waiting for Ray to restart it", replica, self.model_path)
-        self._restarts[replica] = asyncio.ensure_future(self._await_restart(replica))
+        if self.live[replica]:
+            self.router.forget(replica)
+        super()._lost(replica)
 
-    async def _await_restart(self, replica: int) -> None:
-        """Back into routing once the restarted actor has loaded and warmed its model."""
-        while not self._stopped:
-            try:
-                self.info[replica] = await self.handles[replica].ready.remote()
-            except self.ray.exceptions.RayActorError:
-                await asyncio.sleep(RESTART_POLL_S)  # still dead or restarting
-                continue
-            except self.ray.exceptions.RayTaskError as error:  # the restarted actor failed to load
-                log.error("replica %d of %s failed to restart: %s", replica, self.model_path, _cause(error))
-                return
-            stale = self._readers.pop(replica, None)  # the dead actor's reader, if it has not ended yet
-            if stale is not None:
-                stale.cancel()
-            self._ensure_reader(replica)
-            self.live[replica] = True
-            self._restarts.pop(replica, None)
-            log.info("replica %d of %s is back", replica, self.model_path)
-            return
+    def _back(self, replica: int) -> None:
+        stale = self._readers.pop(replica, None)  # the dead actor's reader, if it has not ended yet
+        if stale is not None:
+            stale.cancel()
+        self._ensure_reader(replica)
 
 
 _LOST = object()  # put in a request's queue when its replica went away

@@ -7,6 +7,7 @@ its ReplicaSet, which the server uses as the model's runner (blazr.server.state.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -60,11 +61,28 @@ class NoSlots:
         )
 
 
-def swarm_loader(ray: ModuleType, replicas: int, cpus_per_replica: int, served: Path | None = None):
+@dataclass
+class Placement:
+    """Where a model's replicas go: `replicas` actors of `cpus_per_replica` CPUs each, on nodes advertising
+    `resource` (None: any node); with `prefill`, those replicas decode and the prefill placement's compute
+    the prompts (disaggregated serving)."""
+
+    replicas: int
+    cpus_per_replica: int
+    resource: str | None = None
+    prefill: Placement | None = None
+
+
+PREFILL_RESOURCE = "blazr_prefill"  # what `blazr disagg --role prefill` nodes advertise
+DECODE_RESOURCE = "blazr_decode"
+
+
+def swarm_loader(ray: ModuleType, placement: Placement, served: Path | None = None):
     """The server's model loader on a swarm leader: the text generation model `served` (None: any) runs as
-    `replicas` actors on the cluster; any other kind of model (an encoder, Whisper, a voice) loads in the
-    leader's process as `serve` does. Another text model is refused: the cluster's CPUs are sized for one (its
-    replicas would wait for room until the first model is evicted, which happens only after a load)."""
+    replicas on the cluster, placed as `placement` says; any other kind of model (an encoder, Whisper, a
+    voice) loads in the leader's process as `serve` does. Another text model is refused: the cluster's CPUs
+    are sized for one (its replicas would wait for room until the first model is evicted, which happens only
+    after a load)."""
     from blazr.server.model_loading import load_for_serving
 
     def load(path: Path, settings: Settings) -> Any:
@@ -87,7 +105,24 @@ def swarm_loader(ray: ModuleType, replicas: int, cpus_per_replica: int, served: 
                 "swarm or `blazr serve`)"
             )
         tokenizer = load_tokenizer(checkpoint)
-        replica_set = ReplicaSet(ray, str(path.resolve()), settings, replicas, cpus_per_replica)
-        return SwarmLLM(checkpoint, tokenizer, replica_set, settings.inference.chat_template)
+        return SwarmLLM(
+            checkpoint,
+            tokenizer,
+            place(ray, str(path.resolve()), settings, placement),
+            settings.inference.chat_template,
+        )
 
     return load
+
+
+def place(ray: ModuleType, model_path: str, settings: Settings, placement: Placement) -> ReplicaSet:
+    """Start the model's actors as `placement` says (they load in the background; wait_ready waits)."""
+    from blazr.distributed.prefill_pool import PrefillPool
+
+    prefill = None
+    if placement.prefill is not None:
+        p = placement.prefill
+        prefill = PrefillPool(ray, model_path, settings, p.replicas, p.cpus_per_replica, p.resource)
+    return ReplicaSet(
+        ray, model_path, settings, placement.replicas, placement.cpus_per_replica, placement.resource, prefill
+    )

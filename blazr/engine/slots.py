@@ -94,22 +94,12 @@ class SlotStore:
         """Write the slot's tokens and K/V rows to `path`; (tokens saved, bytes written)."""
         from safetensors.numpy import save_file
 
-        self._check_kv_only()
-        slot = self.get(slot_id)
-        rows = self._rows(slot_id, len(slot.token_ids))  # (N,) cache slots in token order
-        tensors: dict[str, np.ndarray] = {}
-        index = self.be.upload(rows)
-        for layer, (k, v) in enumerate(self.cache):
-            for name, array in (("k", k), ("v", v)):
-                flat = array.reshape(array.shape[0], -1)  # (S, Hkv * Dh)
-                gathered = np.asarray(self.be.download(self.be.embed(flat, index)))  # (N, Hkv * Dh)
-                tensors[f"{name}.{layer}"] = gathered.reshape(len(rows), *array.shape[1:])
-        tensors["token_ids"] = np.asarray(slot.token_ids, dtype=np.int64)
+        tensors = self.export(slot_id)
         meta = {"format": FORMAT, "fingerprint": fingerprint, "block_size": str(self.kv.block_size)}
         partial = path.with_name(path.name + ".partial")  # a full disk leaves no half file under the name
         save_file(tensors, str(partial), metadata=meta)
         partial.replace(path)
-        return len(slot.token_ids), path.stat().st_size
+        return len(tensors["token_ids"]), path.stat().st_size
 
     def restore(self, slot_id: str, path: Path, fingerprint: str) -> tuple[int, int]:
         """Read a file `save` wrote for this model into the slot (replacing what it held); (tokens, bytes)."""
@@ -126,19 +116,46 @@ class SlotStore:
             raise ConfigError(f"{path.name}: not a slot file blazr saved")
         if meta.get("fingerprint") != fingerprint:
             raise ConfigError(f"{path.name}: it was saved from another model; restore it into that model")
+        try:
+            return self.load(slot_id, tensors), path.stat().st_size
+        except ConfigError as error:
+            raise ConfigError(f"{path.name}: {error}") from None
+
+    # ---- in memory (disaggregated prefill hands a prompt's KV to a decode engine this way) ----------------
+
+    def export(self, slot_id: str) -> dict[str, np.ndarray]:
+        """The slot's tokens ("token_ids", (N,) int64) and K/V rows of every layer ("k.L", "v.L": (N, Hkv, Dh))."""
+        self._check_kv_only()
+        slot = self.get(slot_id)
+        rows = self._rows(slot_id, len(slot.token_ids))  # (N,) cache slots in token order
+        tensors: dict[str, np.ndarray] = {}
+        index = self.be.upload(rows)
+        for layer, (k, v) in enumerate(self.cache):
+            for name, array in (("k", k), ("v", v)):
+                flat = array.reshape(array.shape[0], -1)  # (S, Hkv * Dh)
+                gathered = np.asarray(self.be.download(self.be.embed(flat, index)))  # (N, Hkv * Dh)
+                tensors[f"{name}.{layer}"] = gathered.reshape(len(rows), *array.shape[1:])
+        tensors["token_ids"] = np.asarray(slot.token_ids, dtype=np.int64)
+        return tensors
+
+    def load(self, slot_id: str, tensors: dict[str, np.ndarray]) -> int:
+        """Write `export`'s tensors into fresh blocks held by the slot (replacing what it held), indexed in the
+        prefix cache so a request whose prompt starts with those tokens skips their prefill; the tokens loaded."""
+        self._check_kv_only()
         ids = [int(t) for t in tensors["token_ids"]]
         n = len(ids) - len(ids) % self.kv.block_size
         holder = _holder(slot_id)
         self.create(slot_id)
         self.erase(slot_id)
         if n > self.max_pinned * self.kv.block_size or not self.kv.can_allocate(holder, n):
-            raise ConfigError(f"{path.name}: its {len(ids)} tokens do not fit the free KV cache now")
+            raise ConfigError(f"its {len(ids)} tokens do not fit the free KV cache now")
+        for layer, (k, _) in enumerate(self.cache):
+            if tuple(tensors[f"k.{layer}"].shape[1:]) != tuple(k.shape[1:]):
+                raise ConfigError("its K/V rows do not have this model's shape")
         self.kv.allocate(holder, n)
         rows = self._rows(slot_id, n)  # (N,)
         for layer, (k, v) in enumerate(self.cache):
             k_rows, v_rows = tensors[f"k.{layer}"][:n], tensors[f"v.{layer}"][:n]  # (N, Hkv, Dh)
-            if k_rows.shape[1:] != tuple(k.shape[1:]):
-                raise ConfigError(f"{path.name}: its K/V rows do not have this model's shape")
             up = self.be.upload
             self.be.kv_write(k, v, up(k_rows, self.model.dtype), up(v_rows, self.model.dtype), up(rows))
         keys = extend_block_keys([], ids, self.kv.block_size, n // self.kv.block_size)
@@ -146,7 +163,7 @@ class SlotStore:
         slot = self.slots[slot_id]
         slot.token_ids, slot.last_used = ids[:n], time.monotonic()
         self._within_cap(keep=slot_id)
-        return n, path.stat().st_size
+        return n
 
     # ---- internals ---------------------------------------------------------------------------------------
 

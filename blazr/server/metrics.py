@@ -82,6 +82,18 @@ class Metrics:
         self.kv_blocks_total = Gauge(
             "blazr_kv_cache_blocks", "KV cache blocks in the pool", ["model"], registry=r
         )
+        self.kv_handoff_tokens = Gauge(
+            "blazr_kv_handoff_tokens",
+            "Prompt tokens whose KV went from a prefill replica to a decode replica (blazr disagg), since start",
+            ["model"],
+            registry=r,
+        )
+        self.kv_handoff_seconds = Gauge(
+            "blazr_kv_handoff_seconds",
+            "Seconds spent exporting handed-over KV on prefill replicas and loading it on decode replicas",
+            ["model"],
+            registry=r,
+        )
         self.kv_utilization = Gauge(
             "blazr_kv_cache_utilization_ratio",
             "Share of the KV cache pool's blocks held by sequences (0..1)",
@@ -170,6 +182,7 @@ class Metrics:
         longer loaded drop out. Plain reads of the engine thread's counters: a scrape sees one recent step."""
         gauges = (self.kv_blocks_used, self.kv_blocks_total, self.kv_utilization, self.running, self.waiting)
         gauges += (self.spec_drafted, self.spec_accepted, self.spec_acceptance)
+        gauges += (self.kv_handoff_tokens, self.kv_handoff_seconds)
         for gauge in gauges:
             gauge.clear()
         counts = {name: engine_counts(engine) for name, engine in engines.items()} | (counted or {})
@@ -182,6 +195,9 @@ class Metrics:
             self.kv_utilization.labels(name).set(used / total if total else 0.0)
             self.running.labels(name).set(c["running"])
             self.waiting.labels(name).set(c["waiting"])
+            if "handoff_tokens" in c:  # disaggregated prefill and decode
+                self.kv_handoff_tokens.labels(name).set(c["handoff_tokens"])
+                self.kv_handoff_seconds.labels(name).set(c["handoff_seconds"])
         for name, engine in engines.items():
             stats = getattr(engine, "spec_stats", None)
             if stats is not None:  # speculative decoding on for this model

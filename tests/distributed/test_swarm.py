@@ -73,10 +73,10 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def swarm(cluster, model_dir):
-    from blazr.distributed.swarm_model import swarm_loader
+    from blazr.distributed.swarm_model import Placement, swarm_loader
 
     ray, _ = cluster
-    loader = swarm_loader(ray, 2, 1, served=model_dir / "tiny.gguf")
+    loader = swarm_loader(ray, Placement(2, 1), served=model_dir / "tiny.gguf")
     app = create_app(server_settings(), model="tiny", model_dir=model_dir, loader=loader)
     with run_live_server(app, timeout=120) as server:
         assert app.extensions["blazr"].models.default_error is None
@@ -111,11 +111,11 @@ def smollm2_chats(server) -> list[str]:
 
 
 def test_smollm2_greedy_chats_through_two_replicas_equal_one_process(cluster, smollm2_dir):
-    from blazr.distributed.swarm_model import swarm_loader
+    from blazr.distributed.swarm_model import Placement, swarm_loader
 
     ray, _ = cluster
-    settings = server_settings()
-    app = create_app(settings, model="smollm2", model_dir=smollm2_dir, loader=swarm_loader(ray, 2, 1))
+    loader = swarm_loader(ray, Placement(2, 1))
+    app = create_app(server_settings(), model="smollm2", model_dir=smollm2_dir, loader=loader)
     with run_live_server(app, timeout=180) as server:
         through_swarm = smollm2_chats(server)
         assert len({info["pid"] for info in replicas(server).info}) == 2
@@ -139,16 +139,23 @@ def complete(server, prompt: str, max_tokens: int = 12) -> dict:
 
 
 def in_parallel(fn, args: list) -> list:
-    out = [None] * len(args)
+    """fn(*a) for each a in args on its own thread; the results in order (the first error is raised)."""
+    out: list = [None] * len(args)
+    errors: list[BaseException] = []
 
     def run(i):
-        out[i] = fn(*args[i])
+        try:
+            out[i] = fn(*args[i])
+        except BaseException as error:  # noqa: BLE001 (re-raised on the test's thread)
+            errors.append(error)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(args))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(120)
+    if errors:
+        raise errors[0]
     return out
 
 
