@@ -10,7 +10,10 @@ aggregate tokens/s and the inter-token latency of
 - swarm x1: the leader and one replica with all --threads (the pure overhead of the swarm's path);
 - swarm x2: two replicas with --threads/2 each (data parallel on one machine's cores);
 - disagg: `blazr disagg`, a router, a prefill worker and a decode worker, one replica each with all --threads
-  (the prefill replica idles while the decode replica generates, so they share the cores).
+  (the prefill replica idles while the decode replica generates, so they share the cores);
+- pipeline: `blazr swarm --pipeline-stages 2`, the leader's node and a worker node, one replica whose two
+  stages (half the layers each) run with all --threads on their nodes (they take turns, so they share the
+  cores too).
 
 Then the KV hand-off: --handoff-prompts prompts of ~1,000 tokens through `serve` and `disagg`, one at a time:
 the time to first token of each, and the router's own count of the hand-off (blazr_kv_handoff_seconds /
@@ -48,6 +51,11 @@ def swarm_cmd(model, port: int, swarm_port: int, replicas: int, threads: int) ->
     return cmd + ["--replicas", str(replicas), "--cpus-per-replica", str(threads // replicas)]
 
 
+def pipeline_cmd(model, port: int, swarm_port: int, threads: int) -> list[str]:
+    cmd = swarm_cmd(model, port, swarm_port, 1, threads)
+    return cmd + ["--pipeline-stages", "2", "--num-cpus", str(threads)]
+
+
 def disagg_cmd(model, port: int, cluster_port: int, threads: int) -> list[str]:
     cmd = [sys.executable, "-m", "blazr", "disagg", "--role", "router", "-m", str(model), "--port", str(port)]
     cmd += ["--token", TOKEN, "--cluster-port", str(cluster_port), "--num-ctx", "2048", "--num-cpus", "0"]
@@ -55,18 +63,24 @@ def disagg_cmd(model, port: int, cluster_port: int, threads: int) -> list[str]:
 
 
 @contextmanager
-def disagg_serving(cmd: list[str], url: str, threads: int):
-    """The router, then a prefill and a decode worker once its cluster port listens (one `ray start` at a time:
-    two in the same second can race on one machine), until /health answers."""
-    cluster_port = int(cmd[cmd.index("--cluster-port") + 1])
+def cluster_serving(cmd: list[str], url: str, threads: int):
+    """The leader (or router), then its workers once its cluster port listens (one `ray start` at a time: two
+    in the same second can race on one machine), until /health answers: a prefill and a decode worker for
+    `disagg`, one plain worker for a pipeline."""
+    if "disagg" in cmd:
+        cluster_port = int(cmd[cmd.index("--cluster-port") + 1])
+        joins = [["disagg", "--role", role, "--router"] for role in ("prefill", "decode")]
+    else:
+        cluster_port = int(cmd[cmd.index("--swarm-port") + 1])
+        joins = [["swarm", "--role", "worker", "--leader"]]
     procs = [
         subprocess.Popen(cmd, env=thread_env(threads), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ]
     try:
         wait_until(lambda: _listening(cluster_port), 60)
-        for role in ("prefill", "decode"):
-            worker = [sys.executable, "-m", "blazr", "disagg", "--role", role, "--token", TOKEN]
-            worker += ["--router", f"127.0.0.1:{cluster_port}", "--num-cpus", str(threads)]
+        for join in joins:
+            worker = [sys.executable, "-m", "blazr", *join, f"127.0.0.1:{cluster_port}", "--token", TOKEN]
+            worker += ["--num-cpus", str(threads)]
             procs.append(subprocess.Popen(worker, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             time.sleep(3)
         wait_until(lambda: _healthy(url), 300)
@@ -74,7 +88,11 @@ def disagg_serving(cmd: list[str], url: str, threads: int):
     finally:
         for proc in reversed(procs):
             proc.terminate()
-            proc.wait(60)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def wait_until(ready, timeout: float) -> None:
@@ -101,8 +119,8 @@ def _healthy(url: str) -> bool:
 
 def measure(cmd: list[str], port: int, threads: int, clients: list[int], tokens: int, handoff: int) -> dict:
     url = f"http://127.0.0.1:{port}"
-    if "disagg" in cmd:
-        server = disagg_serving(cmd, url, threads)
+    if "disagg" in cmd or "--pipeline-stages" in cmd:
+        server = cluster_serving(cmd, url, threads)
     else:
         server = serving(cmd, url, "/health", thread_env(threads), timeout=300)
     with server:
@@ -147,7 +165,7 @@ def main() -> None:
     parser.add_argument("--clients", default="1,8")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--handoff-prompts", type=int, default=5)
-    parser.add_argument("--setups", default="serve,swarm x1,swarm x2,disagg")
+    parser.add_argument("--setups", default="serve,swarm x1,swarm x2,disagg,pipeline")
     parser.add_argument("--json")
     args = parser.parse_args()
     clients = [int(c) for c in args.clients.split(",")]
@@ -156,6 +174,7 @@ def main() -> None:
         "swarm x1": swarm_cmd(args.model, 18182, 29191, 1, args.threads),
         "swarm x2": swarm_cmd(args.model, 18183, 29192, 2, args.threads),
         "disagg": disagg_cmd(args.model, 18184, 29193, args.threads),
+        "pipeline": pipeline_cmd(args.model, 18185, 29194, args.threads),
     }
     setups = {name: cmd for name, cmd in setups.items() if name in args.setups.split(",")}
     results = {}

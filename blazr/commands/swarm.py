@@ -44,6 +44,9 @@ def swarm(
         "--num-cpus", "CPUs this node lends to replicas (default: all; 0 on a leader: none)", int | None
     ) = None,
     replicas: _opt("--replicas", "Leader: copies of the model on the cluster (2)", int) = 2,
+    pipeline_stages: _opt(
+        "--pipeline-stages", "Leader: split each replica's layers over this many nodes (1: whole)", int
+    ) = 1,
     cpus_per_replica: _opt(
         "--cpus-per-replica",
         "Leader: CPUs (and threads) each replica takes (default: this machine's)",
@@ -70,6 +73,8 @@ def swarm(
         raise ConfigError(f"--num-cpus must be 0 or more, got {num_cpus}")
     if role == "leader":
         check_cluster_port(swarm_port, "--swarm-port")
+        if pipeline_stages < 1:
+            raise ConfigError(f"--pipeline-stages must be 1 or more, got {pipeline_stages}")
     if role == "worker":
         if not leader:
             raise ConfigError("--leader HOST:PORT is required for a worker (the leader's --swarm-port)")
@@ -114,7 +119,8 @@ def _run_leader(settings: Settings, params: dict[str, Any], token: str) -> None:
 
     cpus = params["cpus_per_replica"] or os.cpu_count() or 1
     joins = "blazr swarm --role worker --leader THIS-HOST:{port} --token ..."
-    run_leader(settings, params, token, Placement(params["replicas"], cpus), params["swarm_port"], joins)
+    placement = Placement(params["replicas"], cpus, stages=params["pipeline_stages"])
+    run_leader(settings, params, token, placement, params["swarm_port"], joins)
 
 
 def run_leader(

@@ -26,9 +26,13 @@ from blazr.errors import ModelNotFoundError, UnsupportedError
 
 
 class EngineReplica:
-    """Wrapped by ray.remote in replica_set.py; `__init__` loads the model (Ray reruns it on a restart)."""
+    """Wrapped by ray.remote in replica_set.py; `__init__` loads the model (Ray reruns it on a restart), whole or,
+    with `stages` > 1, as stage 0 of a pipeline whose other stages take `cpus` CPUs each in the other bundles
+    of placement `group` (one node each)."""
 
-    def __init__(self, model_path: str, settings: Settings):
+    def __init__(
+        self, model_path: str, settings: Settings, stages: int = 1, cpus: int = 1, group: Any = None
+    ):
         self._requests: dict[
             str, asyncio.Task
         ] = {}  # request id -> the task moving its outputs to the outbox
@@ -37,11 +41,11 @@ class EngineReplica:
         self._warm: asyncio.Task | None = None
         self._load_error: Exception | None = None
         try:
-            self._load(Path(model_path), settings)
+            self._load(Path(model_path), settings, stages, cpus, group)
         except Exception as error:  # kept for `ready` to raise: an actor dying in __init__ loses the error
             self._load_error = error
 
-    def _load(self, path: Path, settings: Settings) -> None:
+    def _load(self, path: Path, settings: Settings, stages: int, cpus: int, group: Any) -> None:
         from blazr.engine.async_engine import AsyncEngine
         from blazr.server.model_loading import load_for_serving
 
@@ -49,7 +53,14 @@ class EngineReplica:
             raise ModelNotFoundError(
                 f"the model {path} is not on node {socket.gethostname()}: put it at the same path on every machine"
             )
-        self.llm = load_for_serving(path, settings)
+        if stages > 1:  # this process holds stage 0; Ray places the others (blazr.distributed.pipeline)
+            import ray
+
+            from blazr.distributed.pipeline import load_pipeline
+
+            self.llm = load_pipeline(ray, str(path), settings, stages, cpus, group)
+        else:
+            self.llm = load_for_serving(path, settings)
         if self.llm.task != "generate":
             raise UnsupportedError(f"{path} is not a text generation model; a swarm serves those")
         self.engine = AsyncEngine(self.llm.engine)
@@ -71,6 +82,7 @@ class EngineReplica:
             "num_ctx": engine.num_ctx,
             "vocab_size": engine.vocab_size,
             "block_size": engine.pool.block_size,
+            "stages": getattr(self.llm.model, "stage_info", []),  # a pipeline's later stages
         }
 
     async def submit(

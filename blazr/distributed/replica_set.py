@@ -47,6 +47,7 @@ class ActorGroup:
         replicas: int,
         cpus_per_replica: int,
         resource: str | None = None,
+        stages: int = 1,
     ):
         if replicas < 1 or cpus_per_replica < 1:
             raise ConfigError(
@@ -54,16 +55,27 @@ class ActorGroup:
             )
         self.ray = ray
         self.model_path = model_path
-        actor = ray.remote(EngineReplica).options(
-            num_cpus=cpus_per_replica,
-            resources={resource: 1} if resource else None,
-            max_restarts=-1,  # Ray recreates a replica whose process or node died
-            max_task_retries=0,  # a generation is not replayed: its stream already went to the client
-            max_concurrency=1024,  # requests stream side by side; the engine batches them
-            scheduling_strategy="SPREAD",  # one replica per node while nodes have room
-            runtime_env={"env_vars": {"NUMBA_NUM_THREADS": str(cpus_per_replica)}},
-        )
-        self.handles = [actor.remote(model_path, settings) for _ in range(replicas)]
+        remote = ray.remote(EngineReplica)
+        options = {
+            "num_cpus": cpus_per_replica,
+            "resources": {resource: 1} if resource else None,
+            "max_restarts": -1,  # Ray recreates a replica whose process or node died
+            "max_task_retries": 0,  # a generation is not replayed: its stream already went to the client
+            "max_concurrency": 1024,  # requests stream side by side; the engine batches them
+            "runtime_env": {"env_vars": {"NUMBA_NUM_THREADS": str(cpus_per_replica)}},
+        }
+        self.groups: list[Any] = []  # a pipeline replica's placement group: one bundle, one node, per stage
+        self.handles = []
+        for _ in range(replicas):
+            if stages == 1:  # SPREAD: one replica per node while nodes have room
+                self.handles.append(
+                    remote.options(**options, scheduling_strategy="SPREAD").remote(model_path, settings)
+                )
+                continue
+            group, on_bundle = stage_placement(ray, stages, cpus_per_replica)
+            self.groups.append(group)
+            handle = remote.options(**options, scheduling_strategy=on_bundle(0))
+            self.handles.append(handle.remote(model_path, settings, stages, cpus_per_replica, group))
         self.live = [False] * replicas
         self.in_flight = [0] * replicas
         self.info: list[dict[str, Any] | None] = [None] * replicas
@@ -98,6 +110,11 @@ class ActorGroup:
             task.cancel()
         for handle in self.handles:
             self.ray.kill(handle, no_restart=True)
+        if self.groups:
+            from ray.util.placement_group import remove_placement_group
+
+            for group in self.groups:
+                remove_placement_group(group)
 
     def _lost(self, replica: int) -> None:
         """Take a replica out of use and wait for Ray to restart it."""
@@ -145,8 +162,9 @@ class ReplicaSet(ActorGroup):
         cpus_per_replica: int,
         resource: str | None = None,
         prefill: PrefillPool | None = None,
+        stages: int = 1,
     ):
-        super().__init__(ray, model_path, settings, replicas, cpus_per_replica, resource)
+        super().__init__(ray, model_path, settings, replicas, cpus_per_replica, resource, stages)
         self.prefill = prefill
         self.router = PrefixRouter(replicas)
         self._readers: dict[int, asyncio.Task] = {}  # replica -> the task reading its outputs stream
@@ -295,6 +313,20 @@ class ReplicaSet(ActorGroup):
 
 
 _LOST = object()  # put in a request's queue when its replica went away
+
+
+def stage_placement(ray: ModuleType, stages: int, cpus: int):
+    """(a placement group of `stages` bundles of `cpus` CPUs on as many distinct nodes, bundle i's
+    scheduling strategy): the pipeline's stages, each on its own machine."""
+    from ray.util.placement_group import placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    group = placement_group([{"CPU": cpus}] * stages, strategy="STRICT_SPREAD")
+
+    def on_bundle(index: int):
+        return PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
+
+    return group, on_bundle
 
 
 class _LostBeforeStart(Exception):

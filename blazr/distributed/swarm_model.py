@@ -65,12 +65,13 @@ class NoSlots:
 class Placement:
     """Where a model's replicas go: `replicas` actors of `cpus_per_replica` CPUs each, on nodes advertising
     `resource` (None: any node); with `prefill`, those replicas decode and the prefill placement's compute
-    the prompts (disaggregated serving)."""
+    the prompts (disaggregated serving); with `stages` > 1 each replica is a pipeline of that many actors."""
 
     replicas: int
     cpus_per_replica: int
     resource: str | None = None
     prefill: Placement | None = None
+    stages: int = 1  # pipeline stages of each replica, each on its own node (blazr.distributed.pipeline)
 
 
 PREFILL_RESOURCE = "blazr_prefill"  # what `blazr disagg --role prefill` nodes advertise
@@ -123,6 +124,11 @@ def place(ray: ModuleType, model_path: str, settings: Settings, placement: Place
     if placement.prefill is not None:
         p = placement.prefill
         prefill = PrefillPool(ray, model_path, settings, p.replicas, p.cpus_per_replica, p.resource)
+    if prefill is not None and placement.stages > 1:
+        raise UnsupportedError(
+            "disaggregated serving runs whole models: pipeline stages are for `blazr swarm`"
+        )
+    p = placement
     return ReplicaSet(
-        ray, model_path, settings, placement.replicas, placement.cpus_per_replica, placement.resource, prefill
+        ray, model_path, settings, p.replicas, p.cpus_per_replica, p.resource, prefill, p.stages
     )

@@ -231,10 +231,18 @@ def get_model_module(config: dict[str, Any], gguf_metadata: dict[str, Any] | Non
     return importlib.import_module(f"blazr.models.{model_module_name(config, gguf_metadata)}")
 
 
-def build_model(ckpt, backend, dtype: str | None = None, lm_head: bool = True, on_progress=None):
+def build_model(
+    ckpt,
+    backend,
+    dtype: str | None = None,
+    lm_head: bool = True,
+    on_progress=None,
+    stage: tuple[int, int] | None = None,
+):
     """A loaded model for Checkpoint `ckpt` on `backend`, activations in `dtype` (default "f32"). A decoder
-    built with lm_head=False (an embedder: hidden states only) neither expects nor loads its LM head.
-    `on_progress(done, total)` is called as each checkpoint tensor is read (a progress bar's update).
+    built with lm_head=False (an embedder: hidden states only) neither expects nor loads its LM head; one
+    built with stage=(index, count) is that pipeline stage (blazr.models.decoder_stage) and reads only its
+    share of the weights. `on_progress(done, total)` is called as each checkpoint tensor is read.
 
     Fails before reading any weight when the backend lacks an op/dtype the model needs (UnsupportedError),
     and on a missing, unexpected or wrongly shaped tensor (CheckpointError).
@@ -259,8 +267,15 @@ def build_model(ckpt, backend, dtype: str | None = None, lm_head: bool = True, o
     model = module.Model(module.ModelArgs.from_dict(ckpt.config), backend, dtype)
     if not lm_head and hasattr(model, "without_head"):
         model.without_head()
+    if stage is not None:
+        from blazr.models.decoder_stage import keep_stage
+
+        keep_stage(model, *stage)
     check_supports(backend, model.required_ops())
     weights = model.sanitize(dict(ckpt.tensors))
+    if stage is not None:  # the other stages' tensors are theirs: never read here
+        expected = model.weight_shapes()
+        weights = {name: tensor for name, tensor in weights.items() if name in expected}
     if on_progress is not None:
         weights = _CountedTensors(weights, on_progress)
     fits = getattr(backend, "check_model_fits", None)

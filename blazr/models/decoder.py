@@ -20,6 +20,7 @@ from blazr.models.batch import ForwardBatch
 from blazr.models.decoder_packed import PackedDecoder
 from blazr.models.layers.embedding import Embedding
 from blazr.models.layers.module import Module
+from blazr.models.layers.sandwich_block import SandwichBlock  # noqa: F401 (Gemma 2/3 import it from here)
 
 KVCache = list[tuple[Array, Array]]  # per layer (k_cache, v_cache), each (S, Hkv, Dh)
 
@@ -143,43 +144,6 @@ class ParallelBlock(Module):
         return x
 
 
-class SandwichBlock(Module):
-    """x + post_norm(attn(norm(x))), then x + post_norm(mlp(pre_norm(x))): Gemma 2 and 3."""
-
-    OPS = ("binary",)
-
-    def __init__(self, layer: int, attn: Module, mlp: Module, norm):
-        self.layer, self.self_attn, self.mlp = layer, attn, mlp
-        self.input_layernorm, self.post_attention_layernorm = norm(), norm()
-        self.pre_feedforward_layernorm, self.post_feedforward_layernorm = norm(), norm()
-
-    def children(self) -> dict[str, Module]:
-        return {
-            "input_layernorm.": self.input_layernorm,
-            "self_attn.": self.self_attn,
-            "post_attention_layernorm.": self.post_attention_layernorm,
-            "pre_feedforward_layernorm.": self.pre_feedforward_layernorm,
-            "mlp.": self.mlp,
-            "post_feedforward_layernorm.": self.post_feedforward_layernorm,
-        }
-
-    def __call__(self, x: Array, step: Step, k_cache: Array, v_cache: Array) -> Array:
-        be, i = self.self_attn.be, self.layer
-        h = self.input_layernorm(x)  # (T, D)
-        trace("attn_norm", i, h)
-        h = self.post_attention_layernorm(self.self_attn(h, step, k_cache, v_cache))  # (T, D)
-        trace("attn_post_norm", i, h)
-        x = be.binary("add", x, h)  # (T, D)
-        trace("ffn_inp", i, x)
-        h = self.pre_feedforward_layernorm(x)  # (T, D)
-        trace("ffn_norm", i, h)
-        h = self.post_feedforward_layernorm(self.mlp(h))  # (T, D)
-        trace("ffn_post_norm", i, h)
-        x = be.binary("add", x, h)  # (T, D)
-        trace("l_out", i, x)
-        return x
-
-
 class DecoderLM(PackedDecoder, Module):
     """A causal LM on one backend: `model(batch, cache)` -> logits (R, V) of the batch's logits rows.
 
@@ -197,6 +161,11 @@ class DecoderLM(PackedDecoder, Module):
     final_softcap: float = 0.0  # logits -> c * tanh(logits / c) (Gemma 2); set by a family
     _softcap_factors: tuple[Array, Array] | None = None
     lora_state: Any = None  # blazr.models.lora.LoraState once an adapter is bound
+    # a pipeline stage (blazr/models/decoder_stage.py) holds layers layer_offset.. and, if first, the
+    # embeddings, if last, the final norm and head: the whole model is one stage holding everything
+    layer_offset: int = 0
+    first_stage: bool = True
+    last_stage: bool = True
 
     def __init__(self, args, backend, dtype: str | None = None):
         self.args, self.be, self.dtype = args, backend, dtype or "f32"
@@ -225,9 +194,15 @@ class DecoderLM(PackedDecoder, Module):
     # ---- weights -------------------------------------------------------------------------------------------
 
     def children(self) -> dict[str, Module]:
-        out: dict[str, Module] = {self.EMBED: self.embed_tokens, self.NORM: self.norm}
-        out |= {self.LAYERS.format(i): layer for i, layer in enumerate(self.layers)}
-        return out if self.lm_head is None else out | {self.HEAD: self.lm_head}
+        out: dict[str, Module] = {}
+        if self.first_stage or (self.last_stage and self.lm_head is None):  # the tied head reads them
+            out[self.EMBED] = self.embed_tokens
+        if self.last_stage:
+            out[self.NORM] = self.norm
+        out |= {self.LAYERS.format(self.layer_offset + i): layer for i, layer in enumerate(self.layers)}
+        if self.last_stage and self.lm_head is not None:
+            out[self.HEAD] = self.lm_head
+        return out
 
     def required_ops(self) -> list[tuple[str, str | None, str | None]]:
         """Every (op, dtype, weight format) this model calls; checked against backend.supports() at load."""
@@ -265,6 +240,16 @@ class DecoderLM(PackedDecoder, Module):
 
     def __call__(self, batch: ForwardBatch, cache: KVCache) -> Array:
         x, rows = self._forward(batch, cache)  # (T, D)
+        return self._logits(x, rows)
+
+    def stage(self, batch: ForwardBatch, cache: KVCache, hidden: Array | None) -> Array:
+        """A pipeline stage's part: the hidden states (T, D) after its layers, from the embeddings (the first
+        stage, `hidden` None) or from the previous stage's `hidden`; the last stage returns the logits (R, V)."""
+        x, rows = self._forward(batch, cache, hidden)  # (T, D)
+        return self._logits(x, rows) if self.last_stage else x
+
+    def _logits(self, x: Array, rows: Array | None) -> Array:
+        """Logits (R, V) of the logits rows of the last layer's output x (T, D)."""
         if rows is not None:
             x = self.be.embed(x, rows)  # (R, D): norm and lm_head only on the rows whose logits are wanted
         h = self.norm(x)  # (R, D)
@@ -298,14 +283,19 @@ class DecoderLM(PackedDecoder, Module):
         trace("norm", -1, h)
         return h
 
-    def _forward(self, batch: ForwardBatch, cache: KVCache) -> tuple[Array, Array | None]:
+    def _forward(
+        self, batch: ForwardBatch, cache: KVCache, hidden: Array | None = None
+    ) -> tuple[Array, Array | None]:
         step, rows = upload_batch(self.be, batch)
         if self.lora_state is not None:
             self.lora_state.begin(batch.adapters, batch.q_lens)
-        x = self.be.embed(self.embed_tokens.weight, self.be.upload(batch.token_ids))  # (T, D)
-        if self.embed_scale is not None:
-            x = self.be.binary("mul", x, self.embed_scale)  # (T, D)
-        trace("embed", -1, x)
+        if hidden is not None:  # a later pipeline stage: the previous stage's output
+            x = hidden  # (T, D)
+        else:
+            x = self.be.embed(self.embed_tokens.weight, self.be.upload(batch.token_ids))  # (T, D)
+            if self.embed_scale is not None:
+                x = self.be.binary("mul", x, self.embed_scale)  # (T, D)
+            trace("embed", -1, x)
         for layer, (k_cache, v_cache) in zip(self.layers, cache, strict=True):
             x = layer(x, step, k_cache, v_cache)
         return x, rows

@@ -1,59 +1,22 @@
-"""Disaggregated prefill and decode (`blazr disagg`) on a local Ray cluster of separate processes on loopback: the
-router's head node, a prefill worker and a decode worker (each joined with `blazr disagg --role ...`, two
-logical CPUs). Prompts run on the prefill replica, their KV rows go through Ray's object store to the decode
-replica, which generates: greedy output equals one process's, for the tiny model and the real SmolLM2, and
-after many requests (some abandoned mid-stream) no KV block or hand-off slot is left held on either side."""
+"""Disaggregated prefill and decode (`blazr disagg`) on the local cluster of tests/distributed/conftest.py, whose
+prefill and decode nodes joined with `blazr disagg --role prefill|decode`. Prompts run on the prefill replica,
+their KV rows go through Ray's object store to the decode replica, which generates: greedy output equals one
+process's, for the tiny model and the real SmolLM2, and after many requests (some abandoned mid-stream) no KV
+block or hand-off slot is left held on either side."""
 
 from __future__ import annotations
 
-import importlib.util
-import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
 from blazr.server.app import create_app
-from tests.distributed.test_swarm import TOKEN, complete, in_parallel, replicas, smollm2_chats
-from tests.server.conftest import free_port, run_live_server, server_settings, write_tiny_gguf
+from tests.distributed.conftest import BLAZR, NEEDS_RAY, TOKEN, complete, in_parallel, replicas, smollm2_chats
+from tests.server.conftest import run_live_server, server_settings
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed")
-BLAZR = [sys.executable, "-m", "blazr"]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """ray: the router's head node (no CPUs lent), a prefill node and a decode node."""
-    from blazr.distributed.ray_cluster import connect, node_command, start_node, stop_node
-
-    port = free_port()
-    head = start_node(node_command(head=True, address=str(port), num_cpus=0), TOKEN, subprocess.DEVNULL)
-    workers = []
-    try:
-        ray = connect(f"127.0.0.1:{port}", TOKEN, head)
-        for joined, role in enumerate(("prefill", "decode"), start=2):  # one at a time: two `ray start`s at
-            command = [*BLAZR, "disagg", "--role", role, "--router", f"127.0.0.1:{port}", "--token", TOKEN]
-            log = tmp_path_factory.mktemp("logs") / f"{role}.log"  # once the same second can race
-            worker = subprocess.Popen(
-                [*command, "--num-cpus", "2"], stdout=log.open("w"), stderr=subprocess.STDOUT
-            )
-            workers.append(worker)
-            deadline = time.monotonic() + 60
-            while len([n for n in ray.nodes() if n["Alive"]]) < joined:
-                assert worker.poll() is None, f"the {role} worker exited: {log.read_text()[-2000:]}"
-                assert time.monotonic() < deadline, f"the {role} worker did not join within 60 s"
-                time.sleep(0.2)
-        yield ray
-    finally:
-        for worker in workers:
-            worker.send_signal(signal.SIGTERM)
-            worker.wait(30)
-        if "ray" in sys.modules:
-            sys.modules["ray"].shutdown()
-        stop_node(head)
+pytestmark = NEEDS_RAY
 
 
 def disagg_loader(ray):
@@ -64,23 +27,10 @@ def disagg_loader(ray):
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    directory = tmp_path_factory.mktemp("disagg-models")
-    write_tiny_gguf(directory / "tiny.gguf")
-    return directory
-
-
-@pytest.fixture(scope="module")
-def disagg(cluster, model_dir):
-    app = create_app(server_settings(), model="tiny", model_dir=model_dir, loader=disagg_loader(cluster))
+def disagg(cluster, tiny_dir):
+    app = create_app(server_settings(), model="tiny", model_dir=tiny_dir, loader=disagg_loader(cluster.ray))
     with run_live_server(app, timeout=120) as server:
         assert app.extensions["blazr"].models.default_error is None
-        yield server
-
-
-@pytest.fixture(scope="module")
-def local(model_dir):
-    with run_live_server(create_app(server_settings(), model="tiny", model_dir=model_dir)) as server:
         yield server
 
 
@@ -88,17 +38,17 @@ def test_the_replicas_run_on_their_roles_nodes(cluster, disagg):
     ring = replicas(disagg)
     decode_pid, prefill_pid = ring.info[0]["pid"], ring.prefill.info[0]["pid"]
     assert decode_pid != prefill_pid
-    nodes = {n["NodeID"]: n["Resources"] for n in cluster.nodes() if n["Alive"]}
+    nodes = {n["NodeID"]: n["Resources"] for n in cluster.ray.nodes() if n["Alive"]}
     assert sum("blazr_prefill" in r for r in nodes.values()) == 1
     assert sum("blazr_decode" in r for r in nodes.values()) == 1
 
 
-def test_greedy_output_through_prefill_and_decode_equals_one_process(disagg, local):
+def test_greedy_output_through_prefill_and_decode_equals_one_process(disagg, local_tiny):
     # prompts from under one block (nothing to hand over) to several blocks
     prompts = [(f"request {i}: " + "a tale of two workers " * i,) for i in range(8)]
     handed_before = replicas(disagg).prefill.handed_tokens
     through = in_parallel(lambda p: complete(disagg, p)["choices"][0]["text"], prompts)
-    alone = [complete(local, p)["choices"][0]["text"] for (p,) in prompts]
+    alone = [complete(local_tiny, p)["choices"][0]["text"] for (p,) in prompts]
     assert through == alone
     assert replicas(disagg).prefill.handed_tokens - handed_before >= 16 * 20  # whole blocks went over
 
@@ -146,17 +96,15 @@ def test_no_block_or_slot_is_left_held_after_finished_and_abandoned_requests(dis
         time.sleep(0.2)
 
 
-def test_smollm2_greedy_chats_through_prefill_and_decode_equal_one_process(cluster, smollm2_gguf, tmp_path):
-    directory = tmp_path / "models"
-    directory.mkdir()
-    (directory / "smollm2.gguf").symlink_to(smollm2_gguf)
-    app = create_app(server_settings(), model="smollm2", model_dir=directory, loader=disagg_loader(cluster))
+def test_smollm2_greedy_chats_through_prefill_and_decode_equal_one_process(
+    cluster, smollm2_dir, local_smollm2_chats
+):
+    loader = disagg_loader(cluster.ray)
+    app = create_app(server_settings(), model="smollm2", model_dir=smollm2_dir, loader=loader)
     with run_live_server(app, timeout=180) as server:
         through = smollm2_chats(server)
         assert replicas(server).prefill.handed_tokens > 0
-    with run_live_server(create_app(server_settings(), model="smollm2", model_dir=directory)) as server:
-        alone = smollm2_chats(server)
-    assert through == alone
+    assert through == local_smollm2_chats
 
 
 @pytest.mark.parametrize(

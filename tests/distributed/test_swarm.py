@@ -1,175 +1,73 @@
-"""`blazr swarm` on a local Ray cluster of separate processes on loopback: a head node (as the leader starts it)
-and a worker that joined with `blazr swarm --role worker`, two logical CPUs each, two replicas (one CPU each)
-of the tiny model and two of the real SmolLM2.
+"""`blazr swarm` on the local cluster of tests/distributed/conftest.py: two replicas (one CPU each) of the tiny
+model and of the real SmolLM2, spread over the nodes.
 
 Greedy output through the replicas equals one process's; a repeated prompt goes back to the replica caching
 it; killing a replica mid-stream ends that stream with an error event, later requests succeed on the other
-replica and Ray brings the killed one back; a worker with the wrong token is refused."""
+replica and Ray brings the killed one back; a worker with the wrong token is refused; the leader command runs
+end to end on a cluster of its own."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
-import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
 from blazr.server.app import create_app
-from tests.server.conftest import free_port, run_live_server, server_settings, write_tiny_gguf
+from tests.distributed.conftest import (
+    BLAZR,
+    NEEDS_RAY,
+    TOKEN,
+    complete,
+    in_parallel,
+    replicas,
+    smollm2_chats,
+)
+from tests.server.conftest import free_port, run_live_server, server_settings
 
-# not importorskip: Ray must be imported after the token is set (blazr.distributed.ray_cluster.import_ray)
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed")
-
-TOKEN = "swarm-test-token-0123"
-BLAZR = [sys.executable, "-m", "blazr"]
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    directory = tmp_path_factory.mktemp("swarm-models")
-    write_tiny_gguf(directory / "tiny.gguf")
-    shutil.copy(directory / "tiny.gguf", directory / "other.gguf")  # another file: another model
-    return directory
+pytestmark = NEEDS_RAY
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    """(ray, address): the leader's head node and a worker node, two logical CPUs each (room for two models'
-    replicas at one CPU each)."""
-    from blazr.distributed.ray_cluster import connect, node_command, start_node, stop_node
-
-    port = free_port()
-    head = start_node(node_command(head=True, address=str(port), num_cpus=2), TOKEN, subprocess.DEVNULL)
-    worker = None
-    try:
-        ray = connect(f"127.0.0.1:{port}", TOKEN, head)
-        worker = subprocess.Popen(
-            [*BLAZR, "swarm", "--leader", f"127.0.0.1:{port}", "--token", TOKEN, "--num-cpus", "2"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 60
-        while len([n for n in ray.nodes() if n["Alive"]]) < 2:
-            assert worker.poll() is None, "the worker exited"
-            assert time.monotonic() < deadline, "the worker did not join within 60 s"
-            time.sleep(0.2)
-        yield ray, f"127.0.0.1:{port}"
-    finally:
-        if worker is not None:
-            worker.send_signal(signal.SIGTERM)
-            worker.wait(30)
-        if "ray" in sys.modules:
-            sys.modules["ray"].shutdown()
-        stop_node(head)
-
-
-@pytest.fixture(scope="module")
-def swarm(cluster, model_dir):
+def swarm(cluster, tiny_dir):
     from blazr.distributed.swarm_model import Placement, swarm_loader
 
-    ray, _ = cluster
-    loader = swarm_loader(ray, Placement(2, 1), served=model_dir / "tiny.gguf")
-    app = create_app(server_settings(), model="tiny", model_dir=model_dir, loader=loader)
+    loader = swarm_loader(cluster.ray, Placement(2, 1), served=tiny_dir / "tiny.gguf")
+    app = create_app(server_settings(), model="tiny", model_dir=tiny_dir, loader=loader)
     with run_live_server(app, timeout=120) as server:
         assert app.extensions["blazr"].models.default_error is None
         yield server
 
 
-@pytest.fixture(scope="module")
-def local(model_dir):
-    with run_live_server(create_app(server_settings(), model="tiny", model_dir=model_dir)) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def smollm2_dir(tmp_path_factory, smollm2_gguf) -> Path:
-    directory = tmp_path_factory.mktemp("swarm-smollm2")
-    (directory / "smollm2.gguf").symlink_to(smollm2_gguf)
-    return directory
-
-
-def smollm2_chats(server) -> list[str]:
-    questions = ["What is 2+2?", "Name a colour.", "Say hello.", "What is the sun?", "Count to three."]
-    questions += ["Name a fruit.", "What is water?", "Say goodbye."]
-
-    def chat(question):
-        body = {"model": "smollm2", "messages": [{"role": "user", "content": question}]}
-        body |= {"max_tokens": 16, "temperature": 0}
-        response = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=120)
-        assert response.status_code == 200, response.text
-        return response.json()["choices"][0]["message"]["content"]
-
-    return in_parallel(chat, [(q,) for q in questions])
-
-
-def test_smollm2_greedy_chats_through_two_replicas_equal_one_process(cluster, smollm2_dir):
+def test_smollm2_greedy_chats_through_two_replicas_equal_one_process(
+    cluster, smollm2_dir, local_smollm2_chats
+):
     from blazr.distributed.swarm_model import Placement, swarm_loader
 
-    ray, _ = cluster
-    loader = swarm_loader(ray, Placement(2, 1))
+    loader = swarm_loader(cluster.ray, Placement(2, 1))
     app = create_app(server_settings(), model="smollm2", model_dir=smollm2_dir, loader=loader)
     with run_live_server(app, timeout=180) as server:
         through_swarm = smollm2_chats(server)
         assert len({info["pid"] for info in replicas(server).info}) == 2
-    with run_live_server(create_app(server_settings(), model="smollm2", model_dir=smollm2_dir)) as server:
-        alone = smollm2_chats(server)
-    assert through_swarm == alone
+    assert through_swarm == local_smollm2_chats
     assert all(through_swarm)
 
 
-def replicas(server):
-    """The swarm model's ReplicaSet."""
-    (model,) = server.app.extensions["blazr"].models.loaded()
-    return model.engine
-
-
-def complete(server, prompt: str, max_tokens: int = 12) -> dict:
-    body = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
-    response = httpx.post(f"{server.url}/v1/completions", json=body, timeout=60)
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def in_parallel(fn, args: list) -> list:
-    """fn(*a) for each a in args on its own thread; the results in order (the first error is raised)."""
-    out: list = [None] * len(args)
-    errors: list[BaseException] = []
-
-    def run(i):
-        try:
-            out[i] = fn(*args[i])
-        except BaseException as error:  # noqa: BLE001 (re-raised on the test's thread)
-            errors.append(error)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(args))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    if errors:
-        raise errors[0]
-    return out
-
-
-def test_greedy_output_through_two_replicas_equals_one_process(swarm, local):
+def test_greedy_output_through_two_replicas_equals_one_process(swarm, local_tiny):
     prompts = [(f"request {i}: the quick brown fox jumps {'over ' * i}the lazy dog",) for i in range(8)]
     through_swarm = in_parallel(lambda p: complete(swarm, p)["choices"][0]["text"], prompts)
-    alone = [complete(local, p)["choices"][0]["text"] for (p,) in prompts]
+    alone = [complete(local_tiny, p)["choices"][0]["text"] for (p,) in prompts]
     assert through_swarm == alone
     assert all(replicas(swarm).live)
     pids = {info["pid"] for info in replicas(swarm).info}
-    assert len(pids) == 2  # two actor processes, one on each node
+    assert len(pids) == 2  # two actor processes
 
 
-def test_chat_stream_through_the_swarm_equals_one_process(swarm, local):
+def test_chat_stream_through_the_swarm_equals_one_process(swarm, local_tiny):
     body = {"model": "tiny", "messages": [{"role": "user", "content": "stream me"}], "max_tokens": 10}
     body |= {"temperature": 0, "stream": True}
 
@@ -181,7 +79,7 @@ def test_chat_stream_through_the_swarm_equals_one_process(swarm, local):
         chunks = [json.loads(e) for e in events[:-1]]
         return "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
 
-    assert text(swarm) == text(local)
+    assert text(swarm) == text(local_tiny)
 
 
 def test_a_repeated_prompt_lands_on_the_replica_that_caches_it(swarm):
@@ -252,16 +150,14 @@ def test_a_model_missing_on_a_node_fails_the_load_naming_the_node(cluster):
     from blazr.distributed.replica_set import ReplicaSet
     from blazr.errors import ModelNotFoundError
 
-    ray, _ = cluster
-    replicas = ReplicaSet(ray, "/no/such/model.gguf", Settings(), 1, 1)
+    replicas = ReplicaSet(cluster.ray, "/no/such/model.gguf", Settings(), 1, 1)
     with pytest.raises(ModelNotFoundError, match="is not on node"):
         replicas.wait_ready(timeout=60)
 
 
 def test_a_worker_with_the_wrong_token_is_refused(cluster):
-    _, address = cluster
     run = subprocess.run(
-        [*BLAZR, "swarm", "--role", "worker", "--leader", address, "--token", "not-the-swarm-token"],
+        [*BLAZR, "swarm", "--role", "worker", "--leader", cluster.address, "--token", "not-the-swarm-token"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -287,11 +183,11 @@ def test_bad_flags_exit_2_naming_the_flag(args, says):
     assert says in run.stderr
 
 
-def test_the_leader_command_serves_until_sigterm(model_dir, tmp_path):
+def test_the_leader_command_serves_until_sigterm(tiny_dir, tmp_path):
     """`blazr swarm --role leader` end to end: its own head node, one replica on it, the HTTP API with an API
     key, a clean exit on SIGTERM that takes the node down with it."""
     swarm_port, http_port = free_port(), free_port()
-    command = [*BLAZR, "swarm", "--role", "leader", "-m", "tiny", "--model-dir", str(model_dir)]
+    command = [*BLAZR, "swarm", "--role", "leader", "-m", "tiny", "--model-dir", str(tiny_dir)]
     command += ["--token", TOKEN, "--swarm-port", str(swarm_port), "--port", str(http_port)]
     command += ["--replicas", "1", "--cpus-per-replica", "1", "--num-cpus", "1", "--api-key", "k-123"]
     log = (tmp_path / "leader.log").open("w")
