@@ -14,7 +14,20 @@ from typing import Annotated, Any
 import typer
 
 from blazr.commands import options as o
-from blazr.commands.swarm import check_address, check_cluster_port, run_leader, run_worker
+from blazr.commands.swarm import (
+    ApiKey,
+    CpusPerReplica,
+    Host,
+    NodeIp,
+    NumCpus,
+    Port,
+    Token,
+    check_address,
+    check_cluster_port,
+    check_common,
+    run_leader,
+    run_worker,
+)
 from blazr.config import apply_flags
 from blazr.errors import ConfigError
 
@@ -23,34 +36,26 @@ ROLES = ("router", "prefill", "decode")
 DEFAULT_CLUSTER_PORT = 9190
 
 
-def _opt(flag: str, help: str, kind: Any = str | None, *names: str, envvar: str | None = None):
-    return Annotated[kind, typer.Option(flag, *names, help=help, envvar=envvar, rich_help_panel=DISAGG)]
+def _opt(flag: str, help: str, kind: Any = str | None, *names: str):
+    return Annotated[kind, typer.Option(flag, *names, help=help, rich_help_panel=DISAGG)]
 
 
 def disagg(
     role: _opt("--role", "router (serves HTTP), prefill or decode (lend their CPUs)", str) = "router",
-    token: _opt("--token", "Secret every node shares (required)", envvar="BLAZR_SWARM_TOKEN") = None,
+    token: Token = None,
     model: _opt(
         "--model", "Model the router serves (default: config default_model)", str | None, "-m"
     ) = None,
     router: _opt("--router", "Prefill / decode: the router's HOST:CLUSTER-PORT") = None,
     cluster_port: _opt("--cluster-port", "Router: the cluster's port (9190)", int) = DEFAULT_CLUSTER_PORT,
-    node_ip: _opt("--node-ip", "This node's address as the others reach it (default: Ray's guess)") = None,
-    num_cpus: _opt(
-        "--num-cpus", "CPUs this node lends to its role's replicas (default: all)", int | None
-    ) = None,
     prefill_replicas: _opt("--prefill-replicas", "Router: replicas computing prompts (1)", int) = 1,
     decode_replicas: _opt("--decode-replicas", "Router: replicas generating (1)", int) = 1,
-    cpus_per_replica: _opt(
-        "--cpus-per-replica",
-        "Router: CPUs (and threads) each replica takes (default: this machine's)",
-        int | None,
-    ) = None,
-    host: _opt("--host", "Router: address the HTTP API listens on (default: 127.0.0.1)") = None,
-    port: _opt("--port", "Router: HTTP port (default: 8080)", int | None) = None,
-    api_key: _opt(
-        "--api-key", "Router: required API key (repeatable; also BLAZR_API_KEY)", list[str] | None
-    ) = None,
+    node_ip: NodeIp = None,
+    num_cpus: NumCpus = None,
+    cpus_per_replica: CpusPerReplica = None,
+    host: Host = None,
+    port: Port = None,
+    api_key: ApiKey = None,
     device: o.Device = None,
     dtype: o.DType = None,
     num_ctx: o.NumCtx = None,
@@ -58,14 +63,9 @@ def disagg(
     model_dir: o.ModelDir = None,
 ) -> None:
     """Serve one model with prompts computed on prefill machines and tokens generated on decode machines."""
-    from blazr.distributed.ray_cluster import check_token_format
     from blazr.distributed.swarm_model import DECODE_RESOURCE, PREFILL_RESOURCE, Placement
 
-    if role not in ROLES:
-        raise ConfigError(f"--role must be one of {', '.join(ROLES)}, got {role!r}")
-    check_token_format(token)
-    if num_cpus is not None and num_cpus < 0:
-        raise ConfigError(f"--num-cpus must be 0 or more, got {num_cpus}")
+    check_common(role, ROLES, token, num_cpus)
     if role != "router":
         if not router:
             raise ConfigError(

@@ -27,36 +27,62 @@ DEFAULT_SWARM_PORT = 9090
 RAY_WORKER_PORTS = range(10002, 20000)  # Ray's default ports for its worker processes: not for the head's
 
 
-def _opt(flag: str, help: str, kind: Any = str | None, *names: str, envvar: str | None = None):
-    return Annotated[kind, typer.Option(flag, *names, help=help, envvar=envvar, rich_help_panel=SWARM)]
+def _opt(flag: str, help: str, kind: Any = str | None, *names: str, envvar: str | None = None, panel=SWARM):
+    return Annotated[kind, typer.Option(flag, *names, help=help, envvar=envvar, rich_help_panel=panel)]
+
+
+# the options `swarm` and `disagg` share (blazr/commands/disagg.py)
+CLUSTER = "Cluster"
+Token = _opt("--token", "Secret every node shares (required)", envvar="BLAZR_SWARM_TOKEN", panel=CLUSTER)
+NodeIp = _opt("--node-ip", "This node's address as the others reach it (default: Ray's guess)", panel=CLUSTER)
+NumCpus = _opt(
+    "--num-cpus", "CPUs this node lends to replicas (default: all; 0: none)", int | None, panel=CLUSTER
+)
+CpusPerReplica = _opt(
+    "--cpus-per-replica",
+    "Leader or router: CPUs (and threads) each replica takes (default: this machine's)",
+    int | None,
+    panel=CLUSTER,
+)
+Host = _opt("--host", "Leader or router: address the HTTP API listens on (default: 127.0.0.1)", panel=CLUSTER)
+Port = _opt("--port", "Leader or router: HTTP port (default: 8080)", int | None, panel=CLUSTER)
+ApiKey = _opt(
+    "--api-key",
+    "Leader or router: required API key (repeatable; also BLAZR_API_KEY)",
+    list[str] | None,
+    panel=CLUSTER,
+)
+
+
+def check_common(role: str, roles: tuple[str, ...], token: str | None, num_cpus: int | None) -> None:
+    """The checks `swarm` and `disagg` share: the role, the token, the CPUs lent."""
+    from blazr.distributed.ray_cluster import check_token_format
+
+    if role not in roles:
+        raise ConfigError(f"--role must be one of {', '.join(roles)}, got {role!r}")
+    check_token_format(token)
+    if num_cpus is not None and num_cpus < 0:
+        raise ConfigError(f"--num-cpus must be 0 or more, got {num_cpus}")
 
 
 def swarm(
     role: _opt("--role", "leader (serves HTTP, places replicas) or worker (lends its CPUs)", str) = "worker",
-    token: _opt("--token", "Secret every node shares (required)", envvar="BLAZR_SWARM_TOKEN") = None,
+    token: Token = None,
     model: _opt(
         "--model", "Model the leader serves (default: config default_model)", str | None, "-m"
     ) = None,
     leader: _opt("--leader", "Worker: the leader's HOST:SWARM-PORT") = None,
     swarm_port: _opt("--swarm-port", "Leader: the cluster's port (9090)", int) = DEFAULT_SWARM_PORT,
-    node_ip: _opt("--node-ip", "This node's address as the others reach it (default: Ray's guess)") = None,
-    num_cpus: _opt(
-        "--num-cpus", "CPUs this node lends to replicas (default: all; 0 on a leader: none)", int | None
-    ) = None,
     replicas: _opt("--replicas", "Leader: copies of the model on the cluster (2)", int) = 2,
     pipeline_stages: _opt(
         "--pipeline-stages", "Leader: split each replica's layers over this many nodes (1: whole)", int
     ) = 1,
-    cpus_per_replica: _opt(
-        "--cpus-per-replica",
-        "Leader: CPUs (and threads) each replica takes (default: this machine's)",
-        int | None,
-    ) = None,
-    host: _opt("--host", "Leader: address the HTTP API listens on (default: 127.0.0.1)") = None,
-    port: _opt("--port", "Leader: HTTP port (default: 8080)", int | None) = None,
-    api_key: _opt(
-        "--api-key", "Leader: required API key (repeatable; also BLAZR_API_KEY)", list[str] | None
-    ) = None,
+    node_ip: NodeIp = None,
+    num_cpus: NumCpus = None,
+    cpus_per_replica: CpusPerReplica = None,
+    host: Host = None,
+    port: Port = None,
+    api_key: ApiKey = None,
     device: o.Device = None,
     dtype: o.DType = None,
     num_ctx: o.NumCtx = None,
@@ -64,13 +90,7 @@ def swarm(
     model_dir: o.ModelDir = None,
 ) -> None:
     """Serve one model from several machines: replicas on a Ray cluster behind the leader's HTTP API."""
-    from blazr.distributed.ray_cluster import check_token_format
-
-    if role not in ROLES:
-        raise ConfigError(f"--role must be one of {', '.join(ROLES)}, got {role!r}")
-    check_token_format(token)
-    if num_cpus is not None and num_cpus < 0:
-        raise ConfigError(f"--num-cpus must be 0 or more, got {num_cpus}")
+    check_common(role, ROLES, token, num_cpus)
     if role == "leader":
         check_cluster_port(swarm_port, "--swarm-port")
         if pipeline_stages < 1:

@@ -8,7 +8,7 @@ prompt's last, partly filled block). Output is what one engine gives; the rows n
 
 from __future__ import annotations
 
-from blazr.distributed.replica_set import ActorGroup, _cause
+from blazr.distributed.replica_set import ActorGroup, unwrap_ray_error
 from blazr.errors import UnavailableError
 
 
@@ -44,7 +44,7 @@ class PrefillPool(ActorGroup):
                 self._lost(replica)
                 continue
             except ray.exceptions.RayTaskError as error:
-                raise _cause(error) from None
+                raise unwrap_ray_error(error) from None
             finally:
                 self.in_flight[replica] -= 1
             self.handed_tokens += timings["tokens"]

@@ -13,6 +13,7 @@ Ray runs the methods on the actor's event loop (an async actor); the engine step
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import time
@@ -22,7 +23,9 @@ from typing import Any
 
 from blazr.config import Settings
 from blazr.engine.request import SamplingParams
-from blazr.errors import ModelNotFoundError, UnsupportedError
+from blazr.errors import ConfigError, ModelNotFoundError, UnsupportedError
+
+log = logging.getLogger("blazr.swarm")
 
 
 class EngineReplica:
@@ -92,11 +95,17 @@ class EngineReplica:
         a prefill replica (`prefill`), loaded into the prefix cache first so only the prompt's last partial
         block is computed here. Returns the seconds loading `kv` took."""
         start = time.perf_counter()
-        if kv is not None:
-            slot = handoff_slot(request_id)
-            await self.engine.run(lambda: self.llm.engine.slots.load(slot, kv))
+        handed = kv is not None
+        if handed:
+            slot, slots = handoff_slot(request_id), self.llm.engine.slots
+            try:
+                await self.engine.run(lambda: slots.load(slot, kv))
+            except ConfigError as error:  # no room for the rows now: compute the prompt here instead
+                log.warning("request %s: the handed-over KV rows were not loaded (%s)", request_id, error)
+                await self.engine.run(lambda: slots.remove(slot) if slot in slots.slots else None)
+                handed = False
         loaded = time.perf_counter() - start
-        task = asyncio.ensure_future(self._pump(request_id, prompt_ids, params, kv is not None))
+        task = asyncio.ensure_future(self._pump(request_id, prompt_ids, params, handed))
         self._requests[request_id] = task
         return loaded
 

@@ -98,22 +98,25 @@ class ActorGroup:
                 self.info[i] = self.ray.get(ref)
             except self.ray.exceptions.RayError as error:
                 self.shutdown()
-                raise _cause(error) from None
+                raise unwrap_ray_error(error) from None
             self.live[i] = True
         return self.info[0]
 
     placement_hint = "add workers, or lower --replicas or --cpus-per-replica"
 
     def shutdown(self, timeout: float | None = 5.0) -> None:
+        """Kill the actors and free their placement groups; safe to call twice (a failed load, then the
+        server's clean-up)."""
         self._stopped = True
         for task in self._restarts.values():
             task.cancel()
         for handle in self.handles:
             self.ray.kill(handle, no_restart=True)
-        if self.groups:
+        groups, self.groups = self.groups, []
+        if groups:
             from ray.util.placement_group import remove_placement_group
 
-            for group in self.groups:
+            for group in groups:
                 remove_placement_group(group)
 
     def _lost(self, replica: int) -> None:
@@ -136,7 +139,11 @@ class ActorGroup:
                 continue
             except self.ray.exceptions.RayTaskError as error:  # the restarted actor failed to load
                 log.error(
-                    "%s %d of %s failed to restart: %s", self.role, replica, self.model_path, _cause(error)
+                    "%s %d of %s failed to restart: %s",
+                    self.role,
+                    replica,
+                    self.model_path,
+                    unwrap_ray_error(error),
                 )
                 return
             self._back(replica)
@@ -254,7 +261,7 @@ class ReplicaSet(ActorGroup):
             except self.ray.exceptions.RayActorError:
                 self._lost(replica)
             except self.ray.exceptions.RayTaskError as error:
-                raise _cause(error) from None
+                raise unwrap_ray_error(error) from None
             while unfinished:
                 item = await queue.get()
                 if item is _LOST:
@@ -333,10 +340,10 @@ class _LostBeforeStart(Exception):
     """The replica went away before its first output: the request can go elsewhere unseen."""
 
 
-def _cause(error: Exception) -> Exception:
+def unwrap_ray_error(error: Exception) -> Exception:
     """The exception raised inside the actor, from Ray's wrapper (RayTaskError, or an actor that died in
     __init__ with its creation error)."""
     cause = getattr(error, "cause", None)
     if isinstance(cause, Exception):
-        return _cause(cause)
+        return unwrap_ray_error(cause)
     return error
