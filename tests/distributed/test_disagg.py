@@ -1,5 +1,5 @@
-"""Disaggregated prefill and decode (`blazr disagg`) on the local cluster of tests/distributed/conftest.py, whose
-prefill and decode nodes joined with `blazr disagg --role prefill|decode`. Prompts run on the prefill replica,
+"""Disaggregated prefill and decode (`blazr disagg`) on the local cluster of tests/distributed/conftest.py: its head
+is labelled a prefill node, its decode node joined with `blazr disagg --role decode`. Prompts run on the prefill replica,
 their KV rows go through Ray's object store to the decode replica, which generates: greedy output equals one
 process's, for the tiny model and the real SmolLM2, and after many requests (some abandoned mid-stream) no KV
 block or hand-off slot is left held on either side."""
