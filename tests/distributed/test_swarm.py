@@ -132,6 +132,11 @@ def test_a_replica_killed_mid_stream_ends_its_stream_with_an_error_and_comes_bac
                     os.kill(killed[1], signal.SIGKILL)
         if '"finish_reason":"length"' not in "".join(events).replace(" ", ""):
             break
+        # the stream ended before the kill landed: let the killed replica come back before killing again
+        deadline = time.monotonic() + 120
+        while not ring.live[killed[0]] or ring.info[killed[0]]["pid"] == killed[1]:
+            assert time.monotonic() < deadline, "Ray did not restart the killed replica within 120 s"
+            time.sleep(0.5)
     error = json.loads(events[-1]) if events[-1] != "[DONE]" else json.loads(events[-2])
     assert "error" in error, events[-3:]
     assert "went away" in error["error"]["message"]
