@@ -10,6 +10,8 @@ decoders are also checked alone: they must reproduce the numpy spec (ggml_blocks
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -29,6 +31,10 @@ SIGNED_ZERO_ONLY = {"Q4_0", "Q5_0"}
 ANY_BYTES_OK = {"MXFP4", "NVFP4"}
 needs_numba = pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed")
 NMSE_MAX = {fmt: 1e-10 for fmt in PACKED_FORMATS}  # f32 rounding only; see the module docstring
+# The formats the per-format tests run: all, unless BLAZR_TEST_FORMATS (comma-separated) narrows them, as CI's
+# reruns at other ISA levels do (one format per decoder family; .ci/run).
+_ONLY = {f for f in os.environ.get("BLAZR_TEST_FORMATS", "").split(",") if f}
+FORMATS = tuple(f for f in PACKED_FORMATS if not _ONLY or f in _ONLY)
 # (T, N, K): a single row, rows not a multiple of the thread tasks, K = 4096 + 256, and T on both sides of
 # the decode/prefill switch (cpu_kernels.GEMM_MIN_TOKENS).
 SHAPES = [(1, 1, 256), (1, 33, 512), (3, 7, 4096 + 256), (9, 65, 768), (20, 130, 256)]
@@ -66,7 +72,7 @@ def nmse(got: np.ndarray, want: np.ndarray) -> float:
 
 
 @pytest.mark.parametrize("fast", kernel_paths())
-@pytest.mark.parametrize("fmt", PACKED_FORMATS)
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_matmul_matches_dequantized_f64(fmt, fast, rng):
     be = CPUBackend(fast_kernels=fast)
     for t, n, k in SHAPES:
@@ -80,7 +86,7 @@ def test_matmul_matches_dequantized_f64(fmt, fast, rng):
 
 
 @needs_numba
-@pytest.mark.parametrize("fmt", PACKED_FORMATS)
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_float32_gemm_on_numbas_pool_matches_dequantized_f64(fmt, rng):
     """cpu_f32_gemm, which prompts take instead of BLAS sgemm once their other matmuls run on numba's pool."""
     from blazr.quant import cpu_kernels
@@ -98,7 +104,7 @@ def test_float32_gemm_on_numbas_pool_matches_dequantized_f64(fmt, rng):
 
 
 @pytest.mark.parametrize("fast", kernel_paths())
-@pytest.mark.parametrize("fmt", PACKED_FORMATS)
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_embed_decodes_exactly_the_rows(fmt, fast, rng):
     be = CPUBackend(fast_kernels=fast)
     w = random_weight(fmt, 40, 512, rng)
@@ -118,7 +124,7 @@ def test_every_packed_format_has_a_numba_decoder():
 
 
 @needs_numba
-@pytest.mark.parametrize("fmt", PACKED_FORMATS)
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_numba_decode_matches_the_numpy_spec_bit_for_bit(fmt, rng):
     from blazr.quant import cpu_kernels
 
