@@ -9,7 +9,8 @@ the end-of-text tokens banned so every chat runs to its length); the process's R
         [--ctx 1024] [--threads 2]
 
 llama-server runs with `-c clients*ctx -np clients` (its context is shared by its slots) and its default f16 KV
-cache; blazr with `--num-ctx ctx --max-concurrent-requests clients` and its default float32 KV blocks.
+cache; blazr with `--num-ctx ctx --max-concurrent-requests clients` and its default KV cache (`auto`: float16
+for this packed file, as the CPU rounds its activations to int8; `--blazr-kv-cache-type f32` for float32).
 """
 
 from __future__ import annotations
@@ -91,11 +92,13 @@ def main() -> None:
     parser.add_argument("--ctx", type=int, default=1024, help="context per sequence")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--port", type=int, default=18531)
+    parser.add_argument("--blazr-kv-cache-type", default="auto", help="blazr serve's --kv-cache-type")
     args = parser.parse_args()
     env = thread_env(args.threads)
     report = {}
     blazr_cmd = [sys.executable, "-m", "blazr", "serve", "-m", str(args.model), "--port", str(args.port)]
     blazr_cmd += ["--num-ctx", str(args.ctx), "--max-concurrent-requests", str(args.clients)]
+    blazr_cmd += ["--kv-cache-type", args.blazr_kv_cache_type]
     url = f"http://127.0.0.1:{args.port}"
     with serving(blazr_cmd, url, "/health", env, timeout=300) as proc:
         idle = _status(proc.pid, "VmRSS") / 2**20

@@ -76,6 +76,7 @@ class LLM:
         num_speculative_tokens: int = 5,
         draft_model: str | Path | None = None,
         kv_cache_mb: int | None = None,
+        kv_cache_type: str | None = None,
         lora: str | Path | None = None,
         on_progress: Any = None,
     ) -> LLM:
@@ -83,7 +84,8 @@ class LLM:
         num_ctx defaults to min(2048, the model's context length). speculative="ngram" turns on prompt-lookup
         speculative decoding; draft_model (a path or name of a smaller model with the same vocabulary)
         turns on draft-model speculative decoding. kv_cache_mb sizes the paged KV pool (default: room for
-        max_seqs full contexts, on the CPU at most a quarter of the RAM available at load). lora (a PEFT
+        max_seqs full contexts, on the CPU at most a quarter of the RAM available at load); kv_cache_type
+        ("f32", "f16", default auto: f16 where the CPU rounds activations to int8) is its element type. lora (a PEFT
         adapter directory or a llama.cpp GGUF adapter) is loaded as "default" and applied to every call that
         names no other adapter, like llama.cpp's --lora. on_progress(done, total) follows the weights' load."""
         from blazr.backends import get_backend
@@ -112,6 +114,7 @@ class LLM:
             num_speculative_tokens=num_speculative_tokens,
             draft_model=draft,
             kv_cache_bytes=kv_cache_mb * 2**20 if kv_cache_mb else None,
+            kv_cache_type=kv_cache_type,
         )
         llm = cls(checkpoint, tokenizer, net, backend, engine, chat_template)
         if lora is not None:

@@ -50,6 +50,9 @@ class InferenceSettings:
     kv_cache_mb: int | None = (
         None  # (optional) KV-cache memory budget; unset: every sequence's num_ctx, <= 1/4 of free RAM on cpu
     )
+    kv_cache_type: str = (
+        "auto"  # f32 | f16 | auto: f16 where the cpu rounds activations to int8 (packed weights)
+    )
     task: str | None = None  # (optional) rerank: serve a causal LM as a yes/no reranker (Qwen3-Reranker)
     # speculative decoding in serve (engine/spec/); in YAML also inference: {speculative: {method: ngram, ...}}
     speculative_method: str | None = None  # (optional) ngram (prompt lookup) | draft (needs a draft model)
@@ -297,6 +300,7 @@ VALIDATORS: dict[str, Callable[[Any], Any]] = {
     "num_ctx": _at_least(1),
     "inference.dtype": normalize_dtype,
     "inference.kv_cache_mb": _at_least(1),
+    "inference.kv_cache_type": _one_of("auto", "f32", "f16"),
     "inference.task": _one_of("embed", "rerank"),
     "inference.speculative_method": _one_of("ngram", "draft"),
     "inference.speculative_num_speculative_tokens": _between(1, 32),

@@ -47,6 +47,7 @@ def test_bench_reports_speed_and_writes_json(tiny_model, tmp_path, device):
     report = json.loads(out.read_text())
     assert report["bandwidth"]["copy_bytes_per_sec"] > 1e8 and "bandwidth floor" in result.stdout
     assert report["decode_tokens"] == 6 and report["measurement_runs"] == 2 and report["num_ctx"] == 64
+    assert report["kv_cache_type"] == "f32" and "KV cache f32" in result.stdout  # a float32 model: exact
     assert [r["prompt_tokens"] for r in report["results"]] == [5, 21]
     for r in report["results"]:
         assert len(r["ttft_ms"]["samples"]) == 2 and r["decode_tok_per_sec"]["median"] > 0

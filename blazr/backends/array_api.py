@@ -17,7 +17,16 @@ from blazr.backends.array_api_conv import ConvOps
 from blazr.backends.array_api_relative import RelativeAttentionOps
 from blazr.backends.array_api_speech import SpeechOps
 from blazr.backends.array_api_ssm import SSMOps
-from blazr.backends.base import ACTIVATIONS, BINARY_OPS, BINARY_UFUNCS, OPS, ROPE_STYLES, Array, SampleParams
+from blazr.backends.base import (
+    ACTIVATIONS,
+    BINARY_OPS,
+    BINARY_UFUNCS,
+    HALF_MAX,
+    OPS,
+    ROPE_STYLES,
+    Array,
+    SampleParams,
+)
 from blazr.errors import ConfigError, UnsupportedError
 
 _ATTN_CHUNK_ELEMS = 1 << 23  # cap on one query chunk's score tensor (32 MiB of f32) during long prefills
@@ -150,6 +159,8 @@ class ArrayAPIBackend(ConvOps, RelativeAttentionOps, SpeechOps, SSMOps):
         return table
 
     def kv_write(self, k_cache: Array, v_cache: Array, k: Array, v: Array, slots: Array) -> None:
+        if k_cache.dtype == self.xp.float16:  # a float16 cache saturates at its range instead of holding inf
+            k, v = self.xp.clip(k, -HALF_MAX, HALF_MAX), self.xp.clip(v, -HALF_MAX, HALF_MAX)
         k_cache[slots] = k
         v_cache[slots] = v
 
@@ -178,6 +189,8 @@ class ArrayAPIBackend(ConvOps, RelativeAttentionOps, SpeechOps, SSMOps):
             k_lo = max(0, ctx - n - window + 1) if window > 0 else 0
             keys = self._gather_kv(k_cache, tables[b], k_lo, ctx, block_size)  # (Lk, Hkv, Dh)
             values = self._gather_kv(v_cache, tables[b], k_lo, ctx, block_size)  # (Lk, Hkv, Dh)
+            if keys.dtype != q.dtype:  # a float16 cache under float32 queries: computed in float32
+                keys, values = keys.astype(q.dtype), values.astype(q.dtype)
             # ALiBi: slope * key position, the same for every query of the sequence
             pos_bias = (
                 None if alibi is None else alibi[:, None] * xp.arange(k_lo, ctx, dtype=xp.float32)

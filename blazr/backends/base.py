@@ -378,3 +378,18 @@ def check_supports(backend: Backend, needs: list[tuple[str, str | None, str | No
                 op + (f" with {dtype} activations" if dtype else "") + (f" on {fmt} weights" if fmt else "")
             )
             raise UnsupportedError(f"device {backend.name} does not support {what}")
+
+
+# ---- float16 KV caches (blazr.engine.kv_dtype) ------------------------------------------------------------
+HALF_MAX = 65504.0  # the largest finite float16: a float16 KV cache saturates there instead of holding inf
+
+
+def to_half(x: np.ndarray) -> np.ndarray:
+    """float16 of float32 `x`, same shape, round to nearest even; beyond +-65504 saturates (NaN stays NaN)."""
+    return np.clip(x, -HALF_MAX, HALF_MAX).astype(np.float16)
+
+
+def as_half_bits(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Each float16 array as a view of its uint16 bits, as the numba kernels take them (numba has no float16 on
+    the CPU; blazr.backends.half_bits widens them); any other array as it is."""
+    return tuple(a.view(np.uint16) if a.dtype == np.float16 else a for a in arrays)

@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager, nullcontext
 import numpy as np
 
 from blazr.backends.array_api import ArrayAPIBackend
-from blazr.backends.base import ACTIVATIONS, ROPE_STYLES, Array
+from blazr.backends.base import ACTIVATIONS, ROPE_STYLES, Array, as_half_bits, to_half
 from blazr.errors import ConfigError
 from blazr.quant import DEQUANT_TYPES, INTERNAL_TYPES, QuantRowStack, QuantWeight
 from blazr.quant.experts import QuantExperts
@@ -29,6 +29,7 @@ HAS_NUMBA = importlib.util.find_spec("numba") is not None
 
 
 _BLAS_CONTROL = None  # threadpoolctl's view of numpy's BLAS, made on first use (kernels_own_threads)
+KV_DTYPES = (np.float32, np.float16)  # KV-cache element types the numba kernels read and write (half_bits)
 PARALLEL_DECODE_SEQS = 8  # from this many sequences a decode step attends on numba's pool (see attention)
 SERIAL_MACS = 1 << 21  # a dense matmul this small may run on the calling thread (see numba_matmul_rows)
 # dense float32 weights up to this size stay on numba's pool for prompts too, once packed kernels run there: a
@@ -237,11 +238,14 @@ class Backend(ArrayAPIBackend):
     def kv_write(self, k_cache: Array, v_cache: Array, k: Array, v: Array, slots: Array) -> None:
         if (
             self._ops is None
-            or k_cache.dtype != np.float32
+            or k_cache.dtype not in KV_DTYPES
+            or v_cache.dtype != k_cache.dtype
             or k.dtype != np.float32
             or slots.dtype != np.int32
         ):
             return super().kv_write(k_cache, v_cache, k, v, slots)
+        if k_cache.dtype == np.float16:  # rounded here, copied as bits by the kernel (half_bits)
+            k_cache, v_cache, k, v = as_half_bits(k_cache, v_cache, to_half(k), to_half(v))
         self._ops.kv_write(k_cache, v_cache, k, v, slots)
 
     def conv1d(
@@ -298,7 +302,6 @@ class Backend(ArrayAPIBackend):
         from blazr.backends.array_api_ssm import check_conv_shapes
 
         check_conv_shapes(x, w, b, states)
-
         out = np.empty(x.shape, dtype=np.float32)  # (T, C)
         kind = cpu_ssm.NO_ACT if act is None else ACTIVATIONS.index(act)
         bias = cpu_ssm.NO_BIAS if b is None else b
@@ -319,7 +322,6 @@ class Backend(ArrayAPIBackend):
         from blazr.backends.array_api_ssm import check_scan_shapes
 
         check_scan_shapes(x, dt, A, B, C, D, states)
-
         # contiguous inputs (x, B and C are often views of one projection's rows): one compiled layout, so a
         # decode row (contiguous by chance) and a prompt's rows take the same code
         x, dt, B, C = (np.ascontiguousarray(v) for v in (x, dt, B, C))
@@ -392,13 +394,16 @@ class Backend(ArrayAPIBackend):
         # sequences' attention was ~9% of SmolLM2's batched decode step, ~30% less on two threads.
         if (
             self._ops is not None
-            and q.dtype == k_cache.dtype == v_cache.dtype == np.float32
+            and q.dtype == np.float32
+            and k_cache.dtype == v_cache.dtype
+            and k_cache.dtype in KV_DTYPES
             and block_tables.dtype == ctx_lens.dtype == q_lens.dtype == np.int32
             and (alibi is None or alibi.dtype == np.float32)
             and (sinks is None or sinks.dtype == np.float32)
         ):
+            keys, values = as_half_bits(k_cache, v_cache)  # float16: widened as loaded (half_bits)
             out = np.empty(q.shape, dtype=np.float32)  # (T, H, Dh)
-            paged = (q, k_cache, v_cache, block_tables, ctx_lens, q_lens)
+            paged = (q, keys, values, block_tables, ctx_lens, q_lens)
             args = (int(block_size), np.float32(scale), int(window), np.float32(softcap))
             parallel_decode = self._numba_prefill and q.shape[0] >= PARALLEL_DECODE_SEQS
             slopes = self._ops.NO_ALIBI if alibi is None else np.ascontiguousarray(alibi)  # (H,) or (0,)

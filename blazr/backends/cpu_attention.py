@@ -10,6 +10,9 @@ spinning threads then took the cores from numba's next GEMM (1B shape, 128 token
 Both share `_attend`: the G = H / Hkv queries of one KV head against a run of keys, each key row loaded once
 per pass and dotted with all G queries. Layouts as in Backend.attention: q (T, H, Dh); caches (S, Hkv, Dh)
 with position p of sequence b in slot tables[b, p // block_size] * block_size + p % block_size.
+
+Caches are float32, or float16 passed as their uint16 bits (numba has no float16 type on the CPU): `widen`
+turns each loaded element into float32 (blazr.backends.half_bits), so one source serves both.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import numpy as np
 from numba import njit, prange
 
 from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
+from blazr.backends.half_bits import widen
 
 NO_ALIBI = np.empty(0, dtype=np.float32)  # (0,) the kernels' "no ALiBi" slopes
 NO_SINKS = np.empty(0, dtype=np.float32)  # (0,) the kernels' "no attention sinks"
@@ -61,10 +65,10 @@ def _attend(
             qv = qh[g]  # (Dh,)
             s0 = s1 = s2 = s3 = np.float32(0.0)
             for i in range(dh):
-                s0 += qv[i] * k0[i]
-                s1 += qv[i] * k1[i]
-                s2 += qv[i] * k2[i]
-                s3 += qv[i] * k3[i]
+                s0 += qv[i] * widen(k0[i])
+                s1 += qv[i] * widen(k1[i])
+                s2 += qv[i] * widen(k2[i])
+                s3 += qv[i] * widen(k3[i])
             scores[g, j], scores[g, j + 1], scores[g, j + 2], scores[g, j + 3] = s0, s1, s2, s3
     for j in range(n4, n_keys):
         key = k_cache[slots[j], kh]  # (Dh,)
@@ -72,7 +76,7 @@ def _attend(
             qv = qh[g]  # (Dh,)
             s = np.float32(0.0)
             for i in range(dh):
-                s += qv[i] * key[i]
+                s += qv[i] * widen(key[i])
             scores[g, j] = s
     if alibi.size > 0:
         # ALiBi as scale * (q.k + slope / scale * position) = scale * q.k + slope * position (every
@@ -104,14 +108,14 @@ def _attend(
             w0, w1, w2, w3 = scores[g, j], scores[g, j + 1], scores[g, j + 2], scores[g, j + 3]
             a = acc[g]  # (Dh,)
             for i in range(dh):
-                a[i] += w0 * v0[i] + w1 * v1[i] + w2 * v2[i] + w3 * v3[i]
+                a[i] += w0 * widen(v0[i]) + w1 * widen(v1[i]) + w2 * widen(v2[i]) + w3 * widen(v3[i])
     for j in range(n4, n_keys):
         val = v_cache[slots[j], kh]  # (Dh,)
         for g in range(g_len):
             wj = scores[g, j]
             a = acc[g]
             for i in range(dh):
-                a[i] += wj * val[i]
+                a[i] += wj * widen(val[i])
     for g in range(g_len):
         denom = sink_weights[g]
         for j in range(n_keys):

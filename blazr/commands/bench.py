@@ -44,6 +44,7 @@ def bench(
     device: o.Device = None,
     dtype: o.DType = None,
     num_ctx: o.NumCtx = None,
+    kv_cache_type: o.KvCacheType = None,
     decode_tokens: Annotated[int, typer.Option("--decode-tokens", help="Tokens to generate per run")] = 128,
     prompt_tokens: Annotated[
         list[int] | None,
@@ -85,6 +86,7 @@ def bench(
         "model": str(path),
         "backend": engine.backend.name,
         "num_ctx": engine.num_ctx,
+        "kv_cache_type": engine.kv_dtype,
         "decode_tokens": decode_tokens,
         "measurement_runs": runs,
         "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -113,7 +115,16 @@ def load_engine(path: Path, settings, needed_ctx: int):
             f"--num-ctx {num_ctx} is too small for the longest prompt plus --decode-tokens ({needed_ctx} tokens)"
         )
     tokenizer = load_tokenizer(checkpoint)
-    return Engine(net, tokenizer, backend, num_ctx=num_ctx, max_seqs=1, enable_prefix_cache=False), tokenizer
+    engine = Engine(
+        net,
+        tokenizer,
+        backend,
+        num_ctx=num_ctx,
+        max_seqs=1,
+        enable_prefix_cache=False,
+        kv_cache_type=settings.inference.kv_cache_type,
+    )
+    return engine, tokenizer
 
 
 def bench_prompt(tokenizer, length: int) -> list[int]:
@@ -180,6 +191,7 @@ def summarize(length: int, runs: list[Run]) -> dict[str, Any]:
 
 def print_report(report: dict[str, Any]) -> None:
     print(f"model {report['model']} on {report['backend']}, num_ctx {report['num_ctx']}, ", end="")
+    print(f"KV cache {report['kv_cache_type']}, ", end="")
     print(f"{report['decode_tokens']} decode tokens, 1 warmup + {report['measurement_runs']} runs (medians)")
     bw = report["bandwidth"]
     print(

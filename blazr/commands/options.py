@@ -64,6 +64,14 @@ DType = Annotated[
         rich_help_panel=RUNTIME,
     ),
 ]
+KvCacheType = Annotated[
+    str | None,
+    typer.Option(
+        "--kv-cache-type",
+        help="f32, f16 (half the memory), or auto: f16 where the cpu rounds activations to int8 (packed weights)",
+        rich_help_panel=RUNTIME,
+    ),
+]
 NumCtx = Annotated[
     int | None, typer.Option("--num-ctx", help="Initial KV cache size in tokens", rich_help_panel=RUNTIME)
 ]
@@ -140,6 +148,7 @@ FLAG_KEYS = {
     "device": ("device", "--device"),
     "dtype": ("inference.dtype", "--dtype"),
     "num_ctx": ("num_ctx", "--num-ctx"),
+    "kv_cache_type": ("inference.kv_cache_type", "--kv-cache-type"),
     "chat_template": ("inference.chat_template", "--chat-template"),
     "task": ("inference.task", "--task"),
 }
@@ -244,6 +253,7 @@ def load_llm(
             device=settings.device,
             dtype=settings.inference.dtype,
             num_ctx=settings.num_ctx,
+            kv_cache_type=settings.inference.kv_cache_type,
             chat_template=settings.inference.chat_template,
             lora=lora,
             on_progress=update,

@@ -159,6 +159,7 @@ def chat(
     device: o.Device = None,
     dtype: o.DType = None,
     num_ctx: o.NumCtx = None,
+    kv_cache_type: o.KvCacheType = None,
     chat_template: o.ChatTemplate = None,
     model_dir: o.ModelDir = None,
     speculative: o.Speculative = None,

@@ -96,6 +96,7 @@ def serve(
     device: o.Device = None,
     dtype: o.DType = None,
     num_ctx: o.NumCtx = None,
+    kv_cache_type: o.KvCacheType = None,
     chat_template: o.ChatTemplate = None,
     task: o.Task = None,
     speculative: o.Speculative = None,

@@ -43,7 +43,8 @@ class StageWorker:
     def ready(self) -> dict[str, Any]:
         return {"pid": os.getpid(), "layers": len(self.model.layers), "first_layer": self.model.layer_offset}
 
-    def make_cache(self, num_blocks: int, block_size: int) -> None:
+    def make_cache(self, num_blocks: int, block_size: int, kv_dtype: str | None = None) -> None:
+        self.model.kv_dtype = kv_dtype  # as stage 0's (blazr.engine.kv_dtype)
         self.cache = self.model.make_cache(num_blocks, block_size)
 
     def forward(self, batch: ForwardBatch, hidden: np.ndarray) -> np.ndarray:
@@ -58,8 +59,8 @@ class RemoteStage:
     def __init__(self, ray, handle):
         self.ray, self.handle = ray, handle
 
-    def make_cache(self, num_blocks: int, block_size: int) -> None:
-        self.ray.get(self.handle.make_cache.remote(num_blocks, block_size))
+    def make_cache(self, num_blocks: int, block_size: int, kv_dtype: str | None = None) -> None:
+        self.ray.get(self.handle.make_cache.remote(num_blocks, block_size, kv_dtype))
 
     def forward(self, batch: ForwardBatch, hidden: np.ndarray) -> np.ndarray:
         try:
@@ -76,15 +77,19 @@ class PipelinedModel:
 
     stateful = False
     stage_info: list[dict[str, Any]] = []  # what each later stage's `ready` said (its pid, its layers)
+    KV_DTYPE_CHOICE = True  # every stage's cache takes the engine's choice (blazr.engine.kv_dtype)
+    kv_dtype: str | None = None
 
     def __init__(self, first: Any, stages: list[Any]):
         self.first, self.stages = first, stages
         self.args, self.be, self.dtype = first.args, first.be, first.dtype
+        self.layers = first.layers  # stage 0's: what the KV cache's `auto` looks at (packed weights)
 
     def make_cache(self, num_blocks: int, block_size: int) -> list:
-        """Stage 0's KV cache; each later stage makes its own of the same layout."""
+        """Stage 0's KV cache; each later stage makes its own of the same layout and dtype."""
         for stage in self.stages:
-            stage.make_cache(num_blocks, block_size)
+            stage.make_cache(num_blocks, block_size, self.kv_dtype)
+        self.first.kv_dtype = self.kv_dtype
         return self.first.make_cache(num_blocks, block_size)
 
     def __call__(self, batch: ForwardBatch, cache: list) -> Any:

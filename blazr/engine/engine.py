@@ -17,6 +17,7 @@ from blazr.engine.block_pool import BlockPool
 from blazr.engine.constraints import ConstraintMatcher, constraint_tokenizer
 from blazr.engine.dry import breaker_tokens
 from blazr.engine.kv_cache import KVCacheManager
+from blazr.engine.kv_dtype import choose_kv_dtype
 from blazr.engine.lora_registry import LoraRegistry
 from blazr.engine.request import FinishReason, Request, RequestOutput, SamplingParams, TokenLogprob
 from blazr.engine.runner import ModelRunner, kv_pool_blocks
@@ -42,7 +43,8 @@ class Engine:
     """Runs requests on one model. `num_ctx` bounds prompt + generated tokens of each sequence.
 
     KV pool: `num_blocks` blocks of `block_size` tokens, else as many as `kv_cache_bytes` holds, else
-    `max_seqs` full contexts. `max_num_batched_tokens` caps the tokens of one step (long prompts are chunked);
+    `max_seqs` full contexts; its elements are `kv_cache_type` (f32, f16, or auto/None: f16 where the CPU
+    rounds activations to int8; blazr.engine.kv_dtype). `max_num_batched_tokens` caps the tokens of one step (long prompts are chunked);
     `prefill_chunk` additionally caps one sequence's tokens per step. `max_waiting` bounds the queue
     (add_request raises QueueFullError past it; None: unbounded).
 
@@ -61,6 +63,7 @@ class Engine:
         prefill_chunk: int | None = None,
         num_blocks: int | None = None,
         kv_cache_bytes: int | None = None,
+        kv_cache_type: str | None = None,
         max_num_batched_tokens: int = 512,
         max_waiting: int | None = 256,
         enable_prefix_cache: bool = True,
@@ -96,6 +99,7 @@ class Engine:
         # a cached block's keys say nothing of the recurrent state after it: models with state-space layers
         # recompute every prompt (docs/architecture.md, "State-space models")
         enable_prefix_cache = enable_prefix_cache and not stateful
+        self.kv_dtype = choose_kv_dtype(model, backend, kv_cache_type)  # before the pool is sized in bytes
         blocks = kv_pool_blocks(model, num_ctx, block_size, max_seqs, num_blocks, kv_cache_bytes)
         self.pool = BlockPool(blocks, block_size)
         self.kv = KVCacheManager(self.pool, enable_prefix_cache)

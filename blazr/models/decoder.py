@@ -166,6 +166,10 @@ class DecoderLM(PackedDecoder, Module):
     layer_offset: int = 0
     first_stage: bool = True
     last_stage: bool = True
+    # the KV cache's dtype (None: the model's); blazr.engine.kv_dtype sets it where KV_DTYPE_CHOICE says
+    # make_cache honours it (a family with a cache of another shape sets KV_DTYPE_CHOICE False)
+    kv_dtype: str | None = None
+    KV_DTYPE_CHOICE = True
 
     def __init__(self, args, backend, dtype: str | None = None):
         self.args, self.be, self.dtype = args, backend, dtype or "f32"
@@ -234,9 +238,11 @@ class DecoderLM(PackedDecoder, Module):
     # ---- running -------------------------------------------------------------------------------------------
 
     def make_cache(self, num_blocks: int, block_size: int) -> KVCache:
-        """Per layer (k_cache, v_cache), each (num_blocks * block_size, Hkv, Dh)."""
+        """Per layer (k_cache, v_cache), each (num_blocks * block_size, Hkv, Dh), in kv_dtype (None: the
+        model's dtype; blazr.engine.kv_dtype)."""
         shape = (num_blocks * block_size, self.args.num_key_value_heads, self.args.head_dim)
-        return [(self.be.empty(shape, self.dtype), self.be.empty(shape, self.dtype)) for _ in self.layers]
+        dtype = self.kv_dtype or self.dtype
+        return [(self.be.empty(shape, dtype), self.be.empty(shape, dtype)) for _ in self.layers]
 
     def __call__(self, batch: ForwardBatch, cache: KVCache) -> Array:
         x, rows = self._forward(batch, cache)  # (T, D)

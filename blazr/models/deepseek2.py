@@ -157,6 +157,8 @@ class Model(DecoderLM):
             mlp = GatedMLP(be, a.hidden_size, a.intermediate_size, act, layer)
         return PreNormBlock(layer, attn, mlp, self.make_norm(a.hidden_size), self.make_norm(a.hidden_size))
 
+    KV_DTYPE_CHOICE = False  # the latent cache keeps the model's dtype (blazr.engine.kv_dtype)
+
     def make_cache(self, num_blocks: int, block_size: int) -> KVCache:
         """Per layer one (num_blocks * block_size, 1, r + p) latent array, serving as keys and values: the
         pair holds it twice (the engine copies and counts each distinct array once)."""

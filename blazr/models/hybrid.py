@@ -86,6 +86,7 @@ class HybridLM:
     args: Any
     be: Any
     dtype: str
+    kv_dtype: str | None
     layers: list
     stateful = True  # blazr.models.cache: state slots, no prefix cache
 
@@ -96,7 +97,8 @@ class HybridLM:
         cache: list = []
         for i, layer in enumerate(self.layers):
             if self.args.is_attention(i):
-                cache.append((self.be.empty(shape, self.dtype), self.be.empty(shape, self.dtype)))
+                dtype = self.kv_dtype or self.dtype  # blazr.engine.kv_dtype
+                cache.append((self.be.empty(shape, dtype), self.be.empty(shape, dtype)))
             else:
                 cache.append(SSMStateCache(*layer.self_attn.make_state(num_seqs)))
         return cache

@@ -109,6 +109,8 @@ class Model(DecoderLM):
         mixer = Mamba2Mixer(self.be, self.args.ssm_shape, layer)
         return Mamba2Block(layer, mixer, self.make_norm(self.args.hidden_size))
 
+    KV_DTYPE_CHOICE = False  # no keys and values: recurrent state only
+
     def make_cache(self, num_blocks: int, block_size: int, num_seqs: int = 1) -> list[SSMStateCache]:
         """Per layer the states of num_seqs sequences; no paged KV (num_blocks is not used)."""
         return [SSMStateCache(*layer.mixer.make_state(num_seqs)) for layer in self.layers]

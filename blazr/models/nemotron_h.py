@@ -202,7 +202,8 @@ class Model(DecoderLM):
         cache: list = []
         for kind, layer in zip(a.kinds, self.layers, strict=True):
             if kind == "attention":
-                cache.append((self.be.empty(shape, self.dtype), self.be.empty(shape, self.dtype)))
+                dtype = self.kv_dtype or self.dtype  # blazr.engine.kv_dtype
+                cache.append((self.be.empty(shape, dtype), self.be.empty(shape, dtype)))
             elif kind == "mamba":
                 cache.append(SSMStateCache(*layer.mixer.make_state(num_seqs)))
             else:

@@ -47,6 +47,7 @@ def _load_generator(checkpoint: Any, settings: Settings, num_ctx: int | None) ->
         chat_template=settings.inference.chat_template,
         max_seqs=settings.server.max_concurrent_requests,
         kv_cache_mb=settings.inference.kv_cache_mb,
+        kv_cache_type=settings.inference.kv_cache_type,
         **serving_speculation(settings),
     )
 
