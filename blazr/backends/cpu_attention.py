@@ -18,7 +18,8 @@ turns each loaded element into float32 (blazr.backends.half_bits), so one source
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
+from numba.extending import overload
 
 from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
 from blazr.backends.half_bits import widen
@@ -33,6 +34,7 @@ def _attend(
     out,
     row,
     kh,
+    col,
     k_cache,
     v_cache,
     slots,
@@ -47,7 +49,7 @@ def _attend(
     sink_weights,
 ):
     """out[row, h] = softmax(q[row, h] . keys * scale) @ values for the G query heads h of KV head kh, over
-    the keys at `slots` (n,), of positions first .. first + n - 1. alibi (H,) adds alibi[h] * position to
+    the keys at `slots` (n,) of the caches' head column `col` (kh, or 0 for rows staged by _staged_rows), of positions first .. first + n - 1. alibi (H,) adds alibi[h] * position to
     each score before the soft-cap, or is empty (no ALiBi); sinks (H,) puts exp(sinks[h]) in head h's
     softmax sum (attention sinks), or is empty. qh (G, Dh), scores (G, >= n), acc (G, Dh) and sink_weights
     (G,) are scratch: the queries are copied to qh because q is usually a strided view (of the fused qkv rows), and
@@ -59,8 +61,8 @@ def _attend(
     n_keys = slots.size
     n4 = n_keys // 4 * 4
     for j in range(0, n4, 4):  # four keys per pass over each query: four dot products in flight
-        k0, k1 = k_cache[slots[j], kh], k_cache[slots[j + 1], kh]  # (Dh,) each
-        k2, k3 = k_cache[slots[j + 2], kh], k_cache[slots[j + 3], kh]
+        k0, k1 = k_cache[slots[j], col], k_cache[slots[j + 1], col]  # (Dh,) each
+        k2, k3 = k_cache[slots[j + 2], col], k_cache[slots[j + 3], col]
         for g in range(g_len):
             qv = qh[g]  # (Dh,)
             s0 = s1 = s2 = s3 = np.float32(0.0)
@@ -71,7 +73,7 @@ def _attend(
                 s3 += qv[i] * widen(k3[i])
             scores[g, j], scores[g, j + 1], scores[g, j + 2], scores[g, j + 3] = s0, s1, s2, s3
     for j in range(n4, n_keys):
-        key = k_cache[slots[j], kh]  # (Dh,)
+        key = k_cache[slots[j], col]  # (Dh,)
         for g in range(g_len):
             qv = qh[g]  # (Dh,)
             s = np.float32(0.0)
@@ -102,15 +104,15 @@ def _attend(
             scores[g, j] = np.exp(scores[g, j] - top)
         acc[g] = 0.0
     for j in range(0, n4, 4):  # four keys per pass over acc: a quarter of the loads and stores of acc
-        v0, v1 = v_cache[slots[j], kh], v_cache[slots[j + 1], kh]  # (Dh,) each
-        v2, v3 = v_cache[slots[j + 2], kh], v_cache[slots[j + 3], kh]
+        v0, v1 = v_cache[slots[j], col], v_cache[slots[j + 1], col]  # (Dh,) each
+        v2, v3 = v_cache[slots[j + 2], col], v_cache[slots[j + 3], col]
         for g in range(g_len):
             w0, w1, w2, w3 = scores[g, j], scores[g, j + 1], scores[g, j + 2], scores[g, j + 3]
             a = acc[g]  # (Dh,)
             for i in range(dh):
                 a[i] += w0 * widen(v0[i]) + w1 * widen(v1[i]) + w2 * widen(v2[i]) + w3 * widen(v3[i])
     for j in range(n4, n_keys):
-        val = v_cache[slots[j], kh]  # (Dh,)
+        val = v_cache[slots[j], col]  # (Dh,)
         for g in range(g_len):
             wj = scores[g, j]
             a = acc[g]
@@ -123,6 +125,31 @@ def _attend(
         o = out_rows[g]  # (Dh,)
         for i in range(dh):
             o[i] = acc[g, i] / denom
+
+
+def _staged_rows(k_cache, v_cache, slots, kh):
+    """(keys, values, rows, col) for `_attend` over the cache rows `slots` (L,) of KV head kh: the caches as
+    they are for float32 (rows = slots, col = kh); for float16 bits, those rows widened into float32 arrays
+    (L, 1, Dh) each (rows = 0..L-1, col = 0), so that a prompt's queries do not widen every key again."""
+    raise NotImplementedError("_staged_rows runs inside numba kernels only")
+
+
+@overload(_staged_rows)
+def _staged_rows_numba(k_cache, v_cache, slots, kh):
+    if k_cache.dtype != types.uint16:
+        return lambda k_cache, v_cache, slots, kh: (k_cache, v_cache, slots, kh)
+
+    def stage(k_cache, v_cache, slots, kh):
+        n, dh = slots.size, k_cache.shape[2]
+        keys = np.empty((n, 1, dh), dtype=np.float32)  # (L, 1, Dh)
+        values = np.empty((n, 1, dh), dtype=np.float32)  # (L, 1, Dh)
+        for j in range(n):
+            for i in range(dh):
+                keys[j, 0, i] = widen(k_cache[slots[j], kh, i])
+                values[j, 0, i] = widen(v_cache[slots[j], kh, i])
+        return keys, values, np.arange(n), 0
+
+    return stage
 
 
 @njit(inline="always")
@@ -166,6 +193,7 @@ def _decode(
                 q,
                 out,
                 b,
+                kh,
                 kh,
                 k_cache,
                 v_cache,
@@ -241,6 +269,8 @@ def attention_prefill(
         first_key = max(0, ctx - q_lens[b] + 1 - window) if window > 0 else 0  # the first query's first key
         slots = np.empty(ctx - first_key, dtype=np.int64)  # (L,) cache rows of positions first_key..ctx-1
         _sequence_slots(tables, b, first_key, ctx, block_size, slots)
+        # float16 caches: the task's rows widened once, not once per query (3-D: head column 0)
+        k_rows, v_rows, rows_of, col = _staged_rows(k_cache, v_cache, slots, kh)
         scores = np.empty((g_len, ctx), dtype=np.float32)  # (G, L)
         acc = np.empty((g_len, dh), dtype=np.float32)  # (G, Dh)
         qh = np.empty((g_len, dh), dtype=np.float32)  # (G, Dh)
@@ -248,14 +278,15 @@ def attention_prefill(
         for i in range(q_lens[b]):
             row, pos = first[b] + i, ctx - q_lens[b] + i
             lo = max(0, pos + 1 - window) if window > 0 else 0
-            keys = slots[lo - first_key : pos + 1 - first_key]
+            keys = rows_of[lo - first_key : pos + 1 - first_key]
             _attend(
                 q,
                 out,
                 row,
                 kh,
-                k_cache,
-                v_cache,
+                col,
+                k_rows,
+                v_rows,
                 keys,
                 lo,
                 scale,
