@@ -141,12 +141,13 @@ def test_packed_weights_with_int8_activations_take_half_by_default(tmp_path):
     from tests.test_quant_models import packed_and_dense
 
     model, dense = packed_and_dense(tmp_path, "llama", "Q8_0", fast=True)
-    assert (
-        choose_kv_dtype(model, model.be, None) == "f16" and model.make_cache(1, 4)[0][0].dtype == np.float16
-    )
-    assert (
-        choose_kv_dtype(model, model.be, "f32") == "f32" and model.make_cache(1, 4)[0][0].dtype == np.float32
-    )
+    model.be.set_int8_activations(True)  # the default where the CPU has an int8 GEMM (not at generic x86)
+    assert choose_kv_dtype(model, model.be, None) == "f16"
+    assert model.make_cache(1, 4)[0][0].dtype == np.float16
+    assert choose_kv_dtype(model, model.be, "f32") == "f32"
+    assert model.make_cache(1, 4)[0][0].dtype == np.float32
+    model.be.set_int8_activations(False)  # --dtype f32, or a CPU without the int8 GEMM: exact activations
+    assert choose_kv_dtype(model, model.be, "auto") == "f32"
     assert choose_kv_dtype(dense, dense.be, "auto") == "f32"  # no numba kernels: no int8 activations
 
 
