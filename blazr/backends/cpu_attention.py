@@ -49,11 +49,12 @@ def _attend(
     sink_weights,
 ):
     """out[row, h] = softmax(q[row, h] . keys * scale) @ values for the G query heads h of KV head kh, over
-    the keys at `slots` (n,) of the caches' head column `col` (kh, or 0 for rows staged by _staged_rows), of positions first .. first + n - 1. alibi (H,) adds alibi[h] * position to
-    each score before the soft-cap, or is empty (no ALiBi); sinks (H,) puts exp(sinks[h]) in head h's
-    softmax sum (attention sinks), or is empty. qh (G, Dh), scores (G, >= n), acc (G, Dh) and sink_weights
-    (G,) are scratch: the queries are copied to qh because q is usually a strided view (of the fused qkv rows), and
-    the dot products only vectorise over rows numba knows to be contiguous."""
+    the keys at `slots` (n,) in the caches' head column `col` (kh, or 0 for rows staged by _staged_rows), of
+    positions first .. first + n - 1. alibi (H,) adds alibi[h] * position to each score before the soft-cap,
+    or is empty (no ALiBi); sinks (H,) puts exp(sinks[h]) in head h's softmax sum (attention sinks), or is
+    empty. qh (G, Dh), scores (G, >= n), acc (G, Dh) and sink_weights (G,) are scratch: the queries are copied
+    to qh because q is usually a strided view (of the fused qkv rows), and the dot products only vectorise
+    over rows numba knows to be contiguous."""
     g_len, dh = qh.shape
     for g in range(g_len):
         qh[g] = q[row, kh * g_len + g]
