@@ -91,7 +91,7 @@ def pytest_collection_modifyitems(session, config, items):
     """Run tests/distributed last: its Ray actors are separate processes that each load models, and on a fresh
     checkout (numba's kernel cache empty) each would compile every kernel itself, several at once; after the
     rest of the suite the cache holds them. With BLAZR_TESTS_DEFER_DISTRIBUTED=1 they are left out of a run that
-    did not name them (CI runs them beside its ISA-level reruns, where the cores have room: .ci/run)."""
+    did not name them (CI runs only their cluster-free part, after its archive job: .ci/run)."""
     distributed = [item for item in items if "distributed" in item.path.parts]
     others = [item for item in items if "distributed" not in item.path.parts]
     named = any("distributed" in Path(arg).parts for arg in config.args)

@@ -50,7 +50,8 @@ def choose_kv_dtype(model: Any, backend: Any, kind: str | None) -> str:
 
 def rounds_to_int8(model: Any, backend: Any) -> bool:
     """Whether the backend rounds this model's activations to int8: it does for packed weights of the int8
-    formats when int8 activations are on (the CPU backend's default)."""
+    formats when int8 activations are on (the CPU backend's default). The first layer speaks for the model: a
+    GGUF file packs every layer's projections alike."""
     if not getattr(backend, "int8_activations", False) or not getattr(backend, "fast_kernels", False):
         return False
     from blazr.quant import QuantWeight
@@ -64,7 +65,7 @@ def rounds_to_int8(model: Any, backend: Any) -> bool:
 
 
 def _weights(obj: Any, depth: int):
-    """The arrays and packed weights held by one layer's modules, a few attributes deep."""
+    """The packed weights (blazr.quant objects) held by one layer's modules, a few attributes deep."""
     if obj is None or depth < 0:
         return
     for value in vars(obj).values() if hasattr(obj, "__dict__") else ():
