@@ -22,6 +22,23 @@ def _use_private_lavapipe() -> None:
 
 _use_private_lavapipe()
 
+_COMPILE_REPORT = os.environ.get("BLAZR_TESTS_COMPILE_REPORT") == "1"
+if _COMPILE_REPORT:
+    from tests import compile_report
+
+    compile_report.install()
+
+
+def pytest_runtest_setup(item):
+    if _COMPILE_REPORT:
+        compile_report.set_test(item.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _COMPILE_REPORT:
+        for line in compile_report.summary():
+            terminalreporter.write_line(line)
+
 
 def _available_backends() -> list[str]:
     from blazr.backends import get_backend

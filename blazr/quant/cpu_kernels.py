@@ -206,6 +206,7 @@ def _matmul_sgemm(x: np.ndarray, w: QuantWeight, tag: np.ndarray, out: np.ndarra
 def embed(w: QuantWeight, ids: np.ndarray) -> np.ndarray:
     """Rows `ids` (T,) of the dequantized table -> (T, K) float32."""
     rows = np.ascontiguousarray(w.blocks[np.asarray(ids)])  # (T, row_bytes)
+    rows.flags.writeable = False  # the type `dequantize` passes (QuantWeight's read-only blocks): one compile
     out = np.empty((len(rows), w.shape[1]), dtype=np.float32)  # (T, K)
     _decode_rows(rows, format_tag(w.format), F16_TABLE, out, _rows_per_task(len(out)))
     return out
