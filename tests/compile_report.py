@@ -14,6 +14,7 @@ from collections import defaultdict
 _state = {"test": "(collection)", "depth": 0, "start": 0.0}
 _by_test: dict[str, float] = defaultdict(float)
 _by_kernel: dict[str, list] = defaultdict(lambda: [0, 0.0])  # qualname -> [signatures compiled, seconds]
+_wall_by_file: dict[str, float] = defaultdict(float)  # test file -> seconds of setup, call and teardown
 
 
 def install() -> None:
@@ -41,12 +42,19 @@ def set_test(nodeid: str) -> None:
     _state["test"] = nodeid
 
 
+def add_wall(nodeid: str, seconds: float) -> None:
+    _wall_by_file[nodeid.split("::")[0]] += seconds
+
+
 def summary(top: int = 25) -> list[str]:
     by_file: dict[str, float] = defaultdict(float)
     for nodeid, seconds in _by_test.items():
         by_file[nodeid.split("::")[0]] += seconds
     lines = [f"numba compile time: {sum(_by_test.values()):.0f} s in all"]
     lines += [f"{s:8.1f} s  {f}" for f, s in sorted(by_file.items(), key=lambda kv: -kv[1])[:top]]
+    lines += ["wall time by file (setup, call and teardown; compiles included):"]
+    walls = sorted(_wall_by_file.items(), key=lambda kv: -kv[1])[:top]
+    lines += [f"{s:8.1f} s  {f}" for f, s in walls]
     lines += ["by kernel (signatures compiled, seconds):"]
     kernels = sorted(_by_kernel.items(), key=lambda kv: -kv[1][1])[:top]
     lines += [f"{s:8.1f} s  {n:3d}  {name}" for name, (n, s) in kernels]

@@ -34,6 +34,11 @@ def pytest_runtest_setup(item):
         compile_report.set_test(item.nodeid)
 
 
+def pytest_runtest_logreport(report):
+    if _COMPILE_REPORT:
+        compile_report.add_wall(report.nodeid, report.duration)
+
+
 def pytest_terminal_summary(terminalreporter):
     if _COMPILE_REPORT:
         for line in compile_report.summary():
