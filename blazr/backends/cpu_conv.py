@@ -21,6 +21,7 @@ from numba.extending import intrinsic
 
 from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
 from blazr.backends.cpu_ops import _act_row
+from blazr.numba_copy import add1, copy1, copy2
 from blazr.quant.cpu_target import FEATURES
 
 # The register tile: ROWS output channels x VECS vectors of LANES samples. AVX-512 has 32 vector registers:
@@ -119,7 +120,7 @@ def _fill_slab(x, first, kind, slope, slab):
             continue
         slab[ci, :lo] = 0.0
         if kind < 0:
-            slab[ci, lo:hi] = x[ci, first + lo : first + hi]
+            copy1(slab[ci, lo:hi], x[ci, first + lo : first + hi])
         else:
             _act_row(x[ci, first + lo : first + hi], kind, slope, slab[ci, lo:hi])
         slab[ci, hi:] = 0.0
@@ -166,12 +167,12 @@ def _conv_task(x, w2, bias, residual, out, act, geometry, task, slab):
             else:  # an edge tile: computed whole into a scratch tile, its part inside `out` copied
                 tile = np.empty((ROWS, TILE), dtype=np.float32)  # (ROWS, TILE)
                 _conv_tile(w2, slab, tile, co0, t0 - t_start, 0, 0, c_in, kw, dil)
-                out[co0 : co0 + rows, t0 : t0 + cols] = tile[:rows, :cols]
+                copy2(out[co0 : co0 + rows, t0 : t0 + cols], tile[:rows, :cols])
         for r in range(co0, co0 + rows):  # bias and residual while the tiles are in cache
             if bias.size:
                 out[r, t_start:t_stop] += bias[r]
             if residual.size:
-                out[r, t_start:t_stop] += residual[r, t_start:t_stop]
+                add1(out[r, t_start:t_stop], residual[r, t_start:t_stop])
 
 
 @njit(parallel=True, cache=True, nogil=True)

@@ -29,6 +29,7 @@ from blazr.backends.cpu_attention import (  # noqa: F401 (the backend's ops)
     attention_prefill,
 )
 from blazr.backends.cpu_math import erfc_pos, exp_neg, tanh
+from blazr.numba_copy import copy2
 
 
 @njit(cache=True, fastmath=True, nogil=True)
@@ -73,12 +74,14 @@ def rope(x, cos, sin, neox, rot, out):
 def kv_write(k_cache, v_cache, k, v, slots):
     """k_cache[slots[t]] = k[t] and v_cache[slots[t]] = v[t]; caches (S, Hkv, Dh), k/v (T, Hkv, Dh)."""
     n_slots = k_cache.shape[0]
+    if k.shape[1:] != k_cache.shape[1:] or v.shape[1:] != v_cache.shape[1:] or k.shape[0] < slots.shape[0]:
+        raise ValueError("kv_write: the rows' shapes differ from the KV cache's")
     for t in range(slots.shape[0]):
         s = slots[t]
         if s < 0 or s >= n_slots:
             raise IndexError("kv_write: a slot lies outside the KV cache")
-        k_cache[s] = k[t]
-        v_cache[s] = v[t]
+        copy2(k_cache[s], k[t])  # not slice copies: blazr.numba_copy
+        copy2(v_cache[s], v[t])
 
 
 @njit(cache=True, fastmath=True, nogil=True)

@@ -15,6 +15,7 @@ import numpy as np
 from numba import njit, prange
 
 from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
+from blazr.numba_copy import copy1, copy2
 from blazr.quant.cpu_blocks import F16_TABLE, decode_row
 from blazr.quant.cpu_gemm_simd import F32_STEP, ROWS, TOKENS, X_CHUNK_BYTES, gemm_tile_f32, rows_per_task
 
@@ -35,7 +36,7 @@ def _task(tag, blocks, f16, x, out, start, stop, k):
             for t0 in range(t_start, min(tp, t_start + chunk), TOKENS):
                 gemm_tile_f32(w, x, acc, r0, t0, kp // F32_STEP)
     for t in range(out.shape[0]):
-        out[t, start:stop] = acc[t, :nrows]
+        copy1(out[t, start:stop], acc[t, :nrows])
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -43,7 +44,7 @@ def _matmul(x, blocks, tag, f16, out, rows_per_task):
     t, k = x.shape
     tp, kp = (t + TOKENS - 1) // TOKENS * TOKENS, (k + F32_STEP - 1) // F32_STEP * F32_STEP
     xp = np.zeros((tp, kp), dtype=np.float32)  # (Tp, Kp) x padded with zero tokens and values
-    xp[:t, :k] = x
+    copy2(xp, x)  # xp[:t, :k] = x
     n = blocks.shape[0]
     for task in prange((n + rows_per_task - 1) // rows_per_task):
         start = task * rows_per_task

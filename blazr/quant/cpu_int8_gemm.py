@@ -21,6 +21,7 @@ import numpy as np
 from numba import njit, prange
 
 from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
+from blazr.numba_copy import copy1
 from blazr.quant.cpu_blocks import dispatch_by_format
 from blazr.quant.cpu_gemm_simd import (
     LANE_BYTES,
@@ -93,8 +94,8 @@ def quantize_padded(x, tp, kp):
     groups = (kp // 16 + _GROUP_STEP - 1) // _GROUP_STEP * _GROUP_STEP
     xsum = np.zeros((tp, groups), dtype=np.float32)  # (Tp, G)
     for ti in range(t):
-        xq_padded[ti, :k] = xq[ti]
-        dx_padded[ti, : k // 32] = dx[ti]
+        copy1(xq_padded[ti], xq[ti])  # xq_padded[ti, :k] = xq[ti] (blazr.numba_copy: why not a slice copy)
+        copy1(dx_padded[ti], dx[ti])
         for g in range(k // 16):
             xsum[ti, g] = dx[ti, g // 2] * np.float32(xs[ti, g])
     return xq_padded, dx_padded, xsum
