@@ -177,8 +177,10 @@ class LiveServer:
 
 
 @contextmanager
-def run_live_server(app, *, certfile: str | None = None, keyfile: str | None = None, timeout: float = 60.0):
-    """Serve `app` with hypercorn on 127.0.0.1:<free port> in a thread until the block exits."""
+def run_live_server(app, *, certfile: str | None = None, keyfile: str | None = None, timeout: float = 180.0):
+    """Serve `app` with hypercorn on 127.0.0.1:<free port> in a thread until the block exits. `timeout` bounds the
+    start, which on an empty kernel cache compiles the model's kernels: SmolLM2's took 50-60 s in CI's host suite
+    on a 2-core AMD EPYC of the Zen 1 class, beside the other half (a limit of 60 s failed there)."""
     from hypercorn.asyncio import serve
     from hypercorn.config import Config
 

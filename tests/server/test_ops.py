@@ -163,6 +163,8 @@ def test_queue_full_over_http_is_429_with_retry_after(live_server):
         first.close()
 
 
+# The server subprocesses below get 180 s to turn healthy: on an empty kernel cache they compile first (see
+# conftest.run_live_server).
 SERVER_SCRIPT = """
 import sys
 from blazr.commands.serve import serve_app
@@ -184,7 +186,7 @@ def test_sigterm_finishes_the_stream_in_flight_then_exits_0(tiny_model_dir):
     )  # fmt: skip
     try:
         srv = type("Srv", (), {"port": port})
-        assert wait_until(lambda: _health(port) == 200, timeout=60), "the server did not start"
+        assert wait_until(lambda: _health(port) == 200, timeout=180), "the server did not start"
         r = post(srv, "/v1/test-stream", {"max_tokens": 30, "delay": 0.05})
         assert r.readline().startswith(b"data: ")
         proc.send_signal(signal.SIGTERM)
@@ -238,7 +240,7 @@ def test_blazr_serve_applies_an_edited_config_file(tiny_model_dir, tmp_path):
         command + ["--port", str(port)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
     try:
-        assert wait_until(lambda: _health(port) == 200, timeout=60), "the server did not start"
+        assert wait_until(lambda: _health(port) == 200, timeout=180), "the server did not start"
         assert _status(port, "/v1/models") == 200
         config.write_text("server:\n  api_key: k-live\n  port: 1\n")  # the --port flag keeps winning
         assert wait_until(lambda: _status(port, "/v1/models") == 401, timeout=15), "the key was not applied"
