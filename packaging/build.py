@@ -52,8 +52,9 @@ def build_binary(work: Path) -> Path:
     cmd += ["--exclude-module", "numba.tests", "--exclude-module", "numba.cuda.tests"]
     cmd += ["--exclude-module", "llvmlite.tests"]
     cmd += ["--distpath", str(work / "dist"), "--workpath", str(work / "build"), "--specpath", str(work)]
-    # zlib level 6 for the archive's entries, not PyInstaller's default 9: the same size to within 1 % here
-    # (184 MiB), the PKG step 29 s instead of ~60-100 s of a build (2-core AMD EPYC, Zen 1 class)
+    # zlib level 6 for the archive's entries, not PyInstaller's default 9: the PKG step took 29 s at level 6 on an
+    # idle 2-core AMD EPYC (Zen 1 class), 103 s at level 9 in CI beside two test processes; CI's archive went from
+    # 195 to 192 MiB with this and the test suites above left out
     env = {
         **os.environ,
         "PYINSTALLER_ZLIB_COMPRESSION_LEVEL": os.environ.get("PYINSTALLER_ZLIB_COMPRESSION_LEVEL", "6"),
