@@ -284,6 +284,12 @@ def _sources_hash() -> str:
     return digest.hexdigest()[:12]
 
 
+# The tag a launcher of blazr.numba_address receives in place of a format's: the same numba data model (a
+# zero-length array of a one-byte record) and the sources hash, so a launcher's cached code is recompiled when
+# the kernels' sources change, as a format's is; no format's code is picked for it
+NEUTRAL_TAG = format_tag("any format")
+
+
 def dispatch_by_format(table: dict, name: str):
     """`fn(tag, *args)` that numba resolves, when it compiles a caller, to table[format of tag](*args): each
     format compiles only its own function (decode_row here, the direct and int8 dots elsewhere)."""

@@ -12,11 +12,12 @@ at sgemm's speed.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
 
 from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
+from blazr.numba_address import TaskByAddress, c_array, call_address
 from blazr.numba_copy import copy1, copy2
-from blazr.quant.cpu_blocks import F16_TABLE, decode_row
+from blazr.quant.cpu_blocks import F16_TABLE, NEUTRAL_TAG, decode_row
 from blazr.quant.cpu_gemm_simd import F32_STEP, ROWS, TOKENS, X_CHUNK_BYTES, gemm_tile_f32, rows_per_task
 
 
@@ -40,7 +41,8 @@ def _task(tag, blocks, f16, x, out, start, stop, k):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _matmul(x, blocks, tag, f16, out, rows_per_task):
+def _launch(task_fn, tag, x, blocks, f16, out, rows_per_task):
+    """The parallel GEMM (task_fn: _task's address for the format, tag the neutral one)."""
     t, k = x.shape
     tp, kp = (t + TOKENS - 1) // TOKENS * TOKENS, (k + F32_STEP - 1) // F32_STEP * F32_STEP
     xp = np.zeros((tp, kp), dtype=np.float32)  # (Tp, Kp) x padded with zero tokens and values
@@ -48,11 +50,29 @@ def _matmul(x, blocks, tag, f16, out, rows_per_task):
     n = blocks.shape[0]
     for task in prange((n + rows_per_task - 1) // rows_per_task):
         start = task * rows_per_task
-        _task(tag, blocks, f16, xp, out, start, min(n, start + rows_per_task), k)
+        call_address(task_fn, (tag, blocks, f16, xp, out, start, min(n, start + rows_per_task), k))
+
+
+# _task(tag, blocks, f16, xp (Tp, Kp) f32, out, start, stop, k)
+_TASK = TaskByAddress(
+    _task,
+    lambda tag, blocks, f16, out: (
+        tag,
+        blocks,
+        f16,
+        c_array(np.float32, 2),
+        out,
+        types.int64,
+        types.int64,
+        types.int64,
+    ),
+    NEUTRAL_TAG,
+)
 
 
 def matmul_f32_gemm(
     x: np.ndarray, blocks: np.ndarray, tag: np.ndarray, out: np.ndarray, threads: int
 ) -> None:
     """out (T, N) = x (T, K) float32 @ decoded(blocks (N, row_bytes)).T (`tag`: its format)."""
-    _matmul(x, blocks, tag, F16_TABLE, out, rows_per_task(blocks.shape[0], 4 * x.shape[1], threads))
+    per_task = rows_per_task(blocks.shape[0], 4 * x.shape[1], threads)
+    _launch(_TASK.address(tag, blocks, F16_TABLE, out), NEUTRAL_TAG, x, blocks, F16_TABLE, out, per_task)

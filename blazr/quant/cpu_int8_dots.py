@@ -15,10 +15,11 @@ cpu_blocks.format_tag(fmt), so each format compiles only its own dot (as cpu_dot
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
 
 from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
-from blazr.quant.cpu_blocks import dispatch_by_format
+from blazr.numba_address import TaskByAddress, c_array, call_address
+from blazr.quant.cpu_blocks import NEUTRAL_TAG, dispatch_by_format
 from blazr.quant.cpu_simd import (
     dot_i8_biased,
     dot_q2_k,
@@ -338,9 +339,8 @@ def _span(tag, blocks, xq, dx, xs, out, start, stop):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def matmul_int8(x, blocks, tag, out, rows_per_task):
-    """out (T, N) = int8-rounded x (T, K) float32 @ dequantized(blocks (N, row_bytes)).T; x is quantized
-    once here, before the parallel loop over row tasks."""
+def _launch(span, tag, x, blocks, out, rows_per_task):
+    """matmul_int8's parallel part (span: _span's address for the format, tag the neutral one)."""
     t, k = x.shape
     xq = np.empty((t, k), dtype=np.int8)  # (T, K)
     dx = np.empty((t, k // 32), dtype=np.float32)  # (T, K/32)
@@ -348,4 +348,28 @@ def matmul_int8(x, blocks, tag, out, rows_per_task):
     quantize_rows(x, xq, dx, xs)
     n = blocks.shape[0]
     for task in prange((n + rows_per_task - 1) // rows_per_task):
-        _span(tag, blocks, xq, dx, xs, out, task * rows_per_task, min(n, (task + 1) * rows_per_task))
+        start, stop = task * rows_per_task, min(n, (task + 1) * rows_per_task)
+        call_address(span, (tag, blocks, xq, dx, xs, out, start, stop))
+
+
+# _span(tag, blocks, xq (T, K) int8, dx (T, K/32) f32, xs (T, K/16) int32, out, start, stop)
+_SPAN_TASK = TaskByAddress(
+    _span,
+    lambda tag, blocks, out: (
+        tag,
+        blocks,
+        c_array(np.int8, 2),
+        c_array(np.float32, 2),
+        c_array(np.int32, 2),
+        out,
+        types.int64,
+        types.int64,
+    ),
+    NEUTRAL_TAG,
+)
+
+
+def matmul_int8(x, blocks, tag, out, rows_per_task):
+    """out (T, N) = int8-rounded x (T, K) float32 @ dequantized(blocks (N, row_bytes)).T; x is quantized
+    once, before the parallel loop over row tasks."""
+    _launch(_SPAN_TASK.address(tag, blocks, out), NEUTRAL_TAG, x, blocks, out, rows_per_task)

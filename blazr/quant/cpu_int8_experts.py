@@ -11,9 +11,11 @@ the lane dot blazr.quant.cpu_int8_lanes computes, so the output equals the per-e
 from __future__ import annotations
 
 import numpy as np
-from numba import get_num_threads, njit, prange
+from numba import get_num_threads, njit, prange, types
 
 from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
+from blazr.numba_address import TaskByAddress, c_array, call_address
+from blazr.quant.cpu_blocks import NEUTRAL_TAG
 from blazr.quant.cpu_int8_gemm import quantize_padded
 from blazr.quant.cpu_int8_lanes import FORMATS, LANES, ROWS, int8_lane_dot
 
@@ -21,27 +23,44 @@ __all__ = ["FORMATS", "matmul_experts_lanes"]
 
 
 @njit(cache=True, nogil=True)
-def _pair_span(tag, blocks, base, xq, dx, xsum, out, start, stop):
-    """out[0, start:stop] = the pair's int8 row xq (1, Kp) against rows base + start .. base + stop - 1."""
+def _pair_span(tag, blocks, xq, dx, xsum, out, i, j, base, start, stop):
+    """out[i, start:stop] = x row j (int8: xq (Tp, Kp), dx, xsum) against rows base + start .. base + stop - 1."""
     acc = np.zeros((ROWS, LANES), dtype=np.float32)  # (ROWS, LANES) each row's accumulator
     mins = np.zeros((ROWS, xsum.shape[1]), dtype=np.float32)  # (ROWS, G) offsets; padding groups stay 0
+    xq_j, dx_j, xsum_j, out_i = xq[j : j + 1], dx[j : j + 1], xsum[j : j + 1], out[i : i + 1]  # (1, ...) each
     for r in range(start, stop, ROWS):
-        int8_lane_dot(tag, blocks[base + r : base + min(stop, r + ROWS)], xq, dx, xsum, acc, mins, out, r)
+        int8_lane_dot(
+            tag, blocks[base + r : base + min(stop, r + ROWS)], xq_j, dx_j, xsum_j, acc, mins, out_i, r
+        )
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _matmul_experts(x, blocks, tag, xrow, row0, out, rows_per_task):
+def _launch(span, tag, x, blocks, xrow, row0, out, rows_per_task):
+    """Every pair's rows (span: _pair_span's address for the format, tag the neutral one)."""
     t, k = x.shape
     p, n = out.shape
     xq, dx, xsum = quantize_padded(x, t, (k + 63) // 64 * 64)  # each row rounded as the GEMM rounds it
     spans = (n + rows_per_task - 1) // rows_per_task
     for task in prange(p * spans):
         i, s = task // spans, task % spans
-        j = xrow[i]
         start, stop = s * rows_per_task, min(n, (s + 1) * rows_per_task)
-        _pair_span(
-            tag, blocks, row0[i], xq[j : j + 1], dx[j : j + 1], xsum[j : j + 1], out[i : i + 1], start, stop
-        )
+        call_address(span, (tag, blocks, xq, dx, xsum, out, i, xrow[i], row0[i], start, stop))
+
+
+# _pair_span(tag, blocks, xq (Tp, Kp) int8, dx (Tp, Kp/32) f32, xsum (Tp, G) f32, out, i, j, base, start, stop)
+_PAIR_SPAN = TaskByAddress(
+    _pair_span,
+    lambda tag, blocks, out: (
+        tag,
+        blocks,
+        c_array(np.int8, 2),
+        c_array(np.float32, 2),
+        c_array(np.float32, 2),
+        out,
+        *[types.int64] * 5,
+    ),
+    NEUTRAL_TAG,
+)
 
 
 def matmul_experts_lanes(
@@ -56,5 +75,6 @@ def matmul_experts_lanes(
     # about 8 tasks per thread over all pairs, each at least ROWS rows
     per_task = max(ROWS, -(-n * pairs // (8 * get_num_threads())))
     xrow, row0 = (np.ascontiguousarray(a, dtype=np.int64) for a in (xrow, row0))
-    _matmul_experts(x, blocks, tag, xrow, row0, out, min(n, per_task))
+    span = _PAIR_SPAN.address(tag, blocks, out)
+    _launch(span, NEUTRAL_TAG, x, blocks, xrow, row0, out, min(n, per_task))
     return out

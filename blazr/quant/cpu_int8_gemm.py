@@ -18,11 +18,12 @@ How, per call:
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
 
 from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
+from blazr.numba_address import TaskByAddress, c_array, call_address
 from blazr.numba_copy import copy1
-from blazr.quant.cpu_blocks import dispatch_by_format
+from blazr.quant.cpu_blocks import NEUTRAL_TAG, dispatch_by_format
 from blazr.quant.cpu_gemm_simd import (
     LANE_BYTES,
     ROWS,
@@ -102,14 +103,33 @@ def quantize_padded(x, tp, kp):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _matmul(x, blocks, tag, out, rows_per_task):
+def _launch(task_fn, tag, x, blocks, out, rows_per_task):
+    """The parallel GEMM (task_fn: _task's address for the format, tag the neutral one)."""
     t, k = x.shape
     tp, kp = (t + TOKENS - 1) // TOKENS * TOKENS, (k + _STEP - 1) // _STEP * _STEP
     xq, dx, xsum = quantize_padded(x, tp, kp)
     n = blocks.shape[0]
     for task in prange((n + rows_per_task - 1) // rows_per_task):
         start = task * rows_per_task
-        _task(tag, blocks, xq, dx, xsum, out, start, min(n, start + rows_per_task), k)
+        call_address(task_fn, (tag, blocks, xq, dx, xsum, out, start, min(n, start + rows_per_task), k))
+
+
+# _task(tag, blocks, xq (Tp, Kp) int8, dx (Tp, Kp/32) f32, xsum (Tp, G) f32, out, start, stop, k)
+_TASK = TaskByAddress(
+    _task,
+    lambda tag, blocks, out: (
+        tag,
+        blocks,
+        c_array(np.int8, 2),
+        c_array(np.float32, 2),
+        c_array(np.float32, 2),
+        out,
+        types.int64,
+        types.int64,
+        types.int64,
+    ),
+    NEUTRAL_TAG,
+)
 
 
 def matmul_int8_gemm(
@@ -119,4 +139,5 @@ def matmul_int8_gemm(
     if not AVAILABLE:
         raise RuntimeError("the int8 GEMM needs an x86 CPU with AVX2 (or VNNI)")
     # scratch per row: a byte per weight, a float scale per 4 and an offset per 16 (2.25 bytes per weight)
-    _matmul(x, blocks, tag, out, rows_per_task(blocks.shape[0], 2.25 * x.shape[1], threads))
+    per_task = rows_per_task(blocks.shape[0], 2.25 * x.shape[1], threads)
+    _launch(_TASK.address(tag, blocks, out), NEUTRAL_TAG, x, blocks, out, per_task)

@@ -17,10 +17,11 @@ per 16-value group, so `ws * dx` and `mins * xsum` are the very float32 numbers 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
 
 from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
-from blazr.quant.cpu_blocks import dispatch_by_format
+from blazr.numba_address import TaskByAddress, c_array, call_address
+from blazr.quant.cpu_blocks import NEUTRAL_TAG, dispatch_by_format
 from blazr.quant.cpu_int8_dots import _k_scale_min
 from blazr.quant.cpu_int8_gemm import quantize_padded
 from blazr.quant.cpu_lane_simd import (
@@ -377,12 +378,31 @@ def _span(tag, blocks, xq, dx, xsum, out, start, stop):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _matmul(x, blocks, tag, out, rows_per_task):
+def _launch(span, tag, x, blocks, out, rows_per_task):
+    """The parallel matvec (span: _span's address for the format, tag the neutral one)."""
     t, k = x.shape
     xq, dx, xsum = quantize_padded(x, t, (k + 63) // 64 * 64)  # the GEMM's own rounding of x
     n = blocks.shape[0]
     for task in prange((n + rows_per_task - 1) // rows_per_task):
-        _span(tag, blocks, xq, dx, xsum, out, task * rows_per_task, min(n, (task + 1) * rows_per_task))
+        start, stop = task * rows_per_task, min(n, (task + 1) * rows_per_task)
+        call_address(span, (tag, blocks, xq, dx, xsum, out, start, stop))
+
+
+# _span(tag, blocks, xq (Tp, Kp) int8, dx (Tp, Kp/32) f32, xsum (Tp, G) f32, out, start, stop)
+_SPAN_TASK = TaskByAddress(
+    _span,
+    lambda tag, blocks, out: (
+        tag,
+        blocks,
+        c_array(np.int8, 2),
+        c_array(np.float32, 2),
+        c_array(np.float32, 2),
+        out,
+        types.int64,
+        types.int64,
+    ),
+    NEUTRAL_TAG,
+)
 
 
 def matmul_int8_lanes(
@@ -392,4 +412,4 @@ def matmul_int8_lanes(
     the int8 GEMM's (cpu_int8_gemm.matmul_int8_gemm) bit for bit."""
     if not AVAILABLE:
         raise RuntimeError("the int8 lane dots need an x86 CPU with VNNI or AVX2, as the int8 GEMM")
-    _matmul(x, blocks, tag, out, rows_per_task)
+    _launch(_SPAN_TASK.address(tag, blocks, out), NEUTRAL_TAG, x, blocks, out, rows_per_task)

@@ -16,11 +16,12 @@ Importing this module imports numba; the CPU backend falls back to blazr.quant.r
 from __future__ import annotations
 
 import numpy as np
-from numba import get_num_threads, njit, prange
+from numba import get_num_threads, njit, prange, types
 
 from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
+from blazr.numba_address import TaskByAddress, call_address
 from blazr.quant import QuantRowStack, QuantWeight, cpu_iq_blocks, cpu_small_blocks  # noqa: F401 (registers)
-from blazr.quant.cpu_blocks import DECODERS, F16_TABLE, decode_row, format_tag
+from blazr.quant.cpu_blocks import DECODERS, F16_TABLE, NEUTRAL_TAG, decode_row, format_tag
 from blazr.quant.cpu_dots import DOTS, row_dot
 from blazr.quant.cpu_f32_gemm import matmul_f32_gemm
 from blazr.quant.cpu_int8_dots import INT8_DOTS, matmul_int8
@@ -97,11 +98,26 @@ def _fused_span(tag, blocks, f16, x, xsum, out, start, stop):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _matmul_fused(x, blocks, tag, f16, xsum, out, rows_per_task):
-    """out (T, N) = x (T, K) @ dequantized(blocks).T with the direct dots; xsum (T, K/32) block sums of x."""
+def _launch_fused(span, tag, blocks, f16, x, xsum, out, rows_per_task):
+    """out (T, N) = x (T, K) @ dequantized(blocks).T with the direct dots; xsum (T, K/32) block sums of x.
+    span: _fused_span's address for the format (blazr.numba_address), tag the neutral one."""
     n = blocks.shape[0]
     for task in prange((n + rows_per_task - 1) // rows_per_task):
-        _fused_span(tag, blocks, f16, x, xsum, out, task * rows_per_task, min(n, (task + 1) * rows_per_task))
+        start, stop = task * rows_per_task, min(n, (task + 1) * rows_per_task)
+        call_address(span, (tag, blocks, f16, x, xsum, out, start, stop))
+
+
+# a span's arguments: the tag and arrays the caller gives, then the launcher's start and stop rows
+def _given_then_rows(*arrays):
+    return (*arrays, types.int64, types.int64)
+
+
+_FUSED_SPAN = TaskByAddress(_fused_span, _given_then_rows, NEUTRAL_TAG)
+
+
+def _matmul_fused(x, blocks, tag, f16, xsum, out, rows_per_task):
+    span = _FUSED_SPAN.address(tag, blocks, f16, x, xsum, out)
+    _launch_fused(span, NEUTRAL_TAG, blocks, f16, x, xsum, out, rows_per_task)
 
 
 @njit(cache=True, nogil=True)
@@ -111,19 +127,36 @@ def _decode_span(tag, blocks, f16, out, start, stop):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _matmul_rows(x, blocks, tag, f16, out, rows_per_task):
-    """out (T, N) = x (T, K) @ decode(blocks (N, row_bytes)).T; one parallel region per call."""
+def _launch_rows(span, tag, blocks, f16, x, out, rows_per_task):
+    """out (T, N) = x (T, K) @ decode(blocks (N, row_bytes)).T; one parallel region per call (span:
+    _dot_span's address)."""
     n = blocks.shape[0]
     for task in prange((n + rows_per_task - 1) // rows_per_task):
-        _dot_span(tag, blocks, f16, x, out, task * rows_per_task, min(n, (task + 1) * rows_per_task))
+        start, stop = task * rows_per_task, min(n, (task + 1) * rows_per_task)
+        call_address(span, (tag, blocks, f16, x, out, start, stop))
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _decode_rows(blocks, tag, f16, out, rows_per_task):
-    """out (n, K) float32 = every packed row of blocks (n, row_bytes) decoded."""
+def _launch_decode(span, tag, blocks, f16, out, rows_per_task):
+    """out (n, K) float32 = every packed row of blocks (n, row_bytes) decoded (span: _decode_span's)."""
     n = blocks.shape[0]
     for task in prange((n + rows_per_task - 1) // rows_per_task):
-        _decode_span(tag, blocks, f16, out, task * rows_per_task, min(n, (task + 1) * rows_per_task))
+        start, stop = task * rows_per_task, min(n, (task + 1) * rows_per_task)
+        call_address(span, (tag, blocks, f16, out, start, stop))
+
+
+_DOT_SPAN = TaskByAddress(_dot_span, _given_then_rows, NEUTRAL_TAG)
+_DECODE_SPAN = TaskByAddress(_decode_span, _given_then_rows, NEUTRAL_TAG)
+
+
+def _matmul_rows(x, blocks, tag, f16, out, rows_per_task):
+    span = _DOT_SPAN.address(tag, blocks, f16, x, out)
+    _launch_rows(span, NEUTRAL_TAG, blocks, f16, x, out, rows_per_task)
+
+
+def _decode_rows(blocks, tag, f16, out, rows_per_task):
+    span = _DECODE_SPAN.address(tag, blocks, f16, out)
+    _launch_decode(span, NEUTRAL_TAG, blocks, f16, out, rows_per_task)
 
 
 def _rows_per_task(n: int) -> int:
