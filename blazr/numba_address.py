@@ -54,38 +54,42 @@ def c_array(dtype, ndim: int) -> types.Array:
 
 
 class TaskByAddress:
-    """A serial numba task (its first argument a format tag) and its address per format and argument types.
+    """A serial numba task and its address per argument types (per format, for a packed-format task).
 
-    `argtypes(tag, *arrays)` gives the task's full numba signature from the tag and the caller's arrays that
-    the launcher passes on (typed with numba.typeof: layout, read-only-ness and dtype as given); `address(tag,
-    *arrays)` compiles the task for it once and returns where its code lies. `neutral` is the tag the launcher
-    passes instead of the format's: it must have the same numba data model as every format's tag."""
+    `argtypes(*given)` gives the task's full numba signature from the values the caller gives and the launcher
+    passes on (typed with numba.typeof: layout, read-only-ness and dtype as given); `address(*given)` compiles
+    the task for it once and returns where its code lies. With `neutral`, the task's first argument is a format
+    tag and the launcher passes `neutral` in its place: it must have the same numba data model as every
+    format's tag (checked); a task without one is launched with the caller's own values."""
 
-    def __init__(self, task, argtypes: Callable[..., tuple], neutral: np.ndarray):
+    def __init__(self, task, argtypes: Callable[..., tuple], neutral: np.ndarray | None = None):
         self._task = task
         self._argtypes = argtypes
-        self._neutral = typeof(neutral)
+        self._neutral = None if neutral is None else typeof(neutral)
         self._addresses: dict[tuple, int] = {}
 
-    def address(self, tag: np.ndarray, *arrays: np.ndarray) -> int:
-        key = (tag.dtype, *(compute_fingerprint(a) for a in arrays))
+    def address(self, *given) -> int:
+        # a tag's key is its dtype (equal for equal formats); numba's fingerprint of a record array holds the
+        # dtype object's identity instead
+        if self._neutral is None:
+            key = tuple(compute_fingerprint(v) for v in given)
+        else:
+            key = (given[0].dtype, *(compute_fingerprint(v) for v in given[1:]))
         found = self._addresses.get(key)
         if found is None:
-            found = self._addresses[key] = self._compile(tag, arrays)
+            found = self._addresses[key] = self._compile(given)
         return found
 
-    def _compile(self, tag: np.ndarray, arrays: tuple) -> int:
-        argtypes = tuple(self._argtypes(typeof(tag), *(typeof(a) for a in arrays)))
+    def _compile(self, given: tuple) -> int:
+        argtypes = tuple(self._argtypes(*(typeof(v) for v in given)))
         self._task.compile(argtypes)
         result = self._task.overloads[argtypes]
         conv = result.target_context.call_conv
-        # what the launcher calls: the same arguments with the neutral tag; numba's data model must lay both
-        # out alike, else the address would be called with arguments it reads wrongly
-        launched = (self._neutral, *argtypes[1:])
+        # what the launcher calls: the same arguments, the neutral tag first where there is one; numba's data
+        # model must lay both out alike, else the address would be called with arguments it reads wrongly
+        launched = argtypes if self._neutral is None else (self._neutral, *argtypes[1:])
         if result.signature.return_type != types.none or str(
             conv.get_function_type(types.none, argtypes)
         ) != str(conv.get_function_type(types.none, launched)):
-            raise TypeError(
-                f"{self._task.__name__} cannot be called by address with a neutral tag: {argtypes}"
-            )
+            raise TypeError(f"{self._task.__name__} cannot be called by address as launched: {launched}")
         return result.library.get_pointer_to_function(result.fndesc.llvm_func_name)

@@ -72,5 +72,5 @@ def test_a_neutral_tag_of_another_data_model_is_refused():
         np.empty((0, 0), dtype=NEUTRAL_TAG.dtype),  # a 2-D tag: numba passes it as more values
     )
     x = np.arange(4, dtype=np.float64)
-    with pytest.raises(TypeError, match="cannot be called by address"):
+    with pytest.raises(TypeError, match="cannot be called by address as launched"):
         wrong.address(format_tag("Q4_0"), x, np.zeros_like(x))

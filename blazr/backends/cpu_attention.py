@@ -23,13 +23,14 @@ from numba.extending import overload
 
 from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
 from blazr.backends.half_bits import widen
+from blazr.numba_address import TaskByAddress, call_address
 from blazr.numba_copy import copy1
 
 NO_ALIBI = np.empty(0, dtype=np.float32)  # (0,) the kernels' "no ALiBi" slopes
 NO_SINKS = np.empty(0, dtype=np.float32)  # (0,) the kernels' "no attention sinks"
 
 
-@njit(inline="always")
+@njit(cache=True, fastmath=True, nogil=True)
 def _attend(
     q,
     out,
@@ -252,27 +253,62 @@ def attention_decode_biased(
 
 
 @njit(parallel=True, cache=True, fastmath=True, nogil=True)
-def attention_prefill(
-    q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, alibi, sinks, out
-):
-    """Any number of queries per sequence (Backend.attention's contract): out (T, H, Dh). The queries of
-    sequence b are positions ctx_lens[b] - q_lens[b] .. ctx_lens[b] - 1, each seeing keys up to its own
-    position (the last `window` of them when window > 0). alibi and sinks as in attention_decode_biased.
-    Parallel over (sequence, KV head); a prefill's milliseconds make one more argument nothing.
-
-    The loop body is a serial function of its own: numba's parallel passes then see one call, not the
-    inlined `_attend`. Compiling for a float32 and a float16 cache took 28.8 s with the body inlined and
-    16.9 s so (with blazr.numba_copy's change too; 2-core AMD EPYC, Zen 1 class), on every cold start."""
+def _launch_prefill(
+    task_fn, q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, alibi, sinks, out
+):  # fmt: skip
+    """attention_prefill's parallel loop; task_fn: _prefill_task's address for these argument types."""
     batch = ctx_lens.shape[0]
     hkv = k_cache.shape[1]
     first = np.zeros(batch + 1, dtype=np.int64)  # (B + 1,) row of each sequence's first query in q
     for b in range(batch):
         first[b + 1] = first[b] + q_lens[b]
     for task in prange(batch * hkv):
-        _prefill_task(
-            q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, alibi, sinks,
-            out, first, task // hkv, task % hkv,
-        )  # fmt: skip
+        b, kh = task // hkv, task % hkv
+        args = (
+            q,
+            k_cache,
+            v_cache,
+            tables,
+            ctx_lens,
+            q_lens,
+            block_size,
+            scale,
+            window,
+            softcap,
+            alibi,
+            sinks,
+        )
+        call_address(task_fn, (*args, out, first, b, kh))
+
+
+def attention_prefill(
+    q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, alibi, sinks, out
+):  # fmt: skip
+    """Any number of queries per sequence (Backend.attention's contract): out (T, H, Dh). The queries of
+    sequence b are positions ctx_lens[b] - q_lens[b] .. ctx_lens[b] - 1, each seeing keys up to its own
+    position (the last `window` of them when window > 0). alibi and sinks as in attention_decode_biased.
+    Parallel over (sequence, KV head); a prefill's milliseconds make one more argument nothing.
+
+    The loop body is a serial function of its own, called by address (blazr.numba_address): numba's parallel
+    passes then see one call, and the parallel loop does not compile the body's code again. Compiling for a
+    float32 and a float16 cache took 28.8 s with the body inlined, 16.9 s as a called function (with
+    blazr.numba_copy's change too; 2-core AMD EPYC, Zen 1 class), on every cold start."""
+    given = (
+        q,
+        k_cache,
+        v_cache,
+        tables,
+        ctx_lens,
+        q_lens,
+        block_size,
+        scale,
+        window,
+        softcap,
+        alibi,
+        sinks,
+        out,
+    )
+    _launch_prefill(_PREFILL_TASK.address(*given), *given)
 
 
 @njit(cache=True, fastmath=True, nogil=True)
@@ -316,3 +352,9 @@ def _prefill_task(
             acc,
             sink_w,
         )
+
+
+# _prefill_task(*attention_prefill's arguments, first (B + 1,) int64, b, kh)
+_PREFILL_TASK = TaskByAddress(
+    _prefill_task, lambda *given: (*given, types.Array(types.int64, 1, "C"), types.int64, types.int64)
+)
