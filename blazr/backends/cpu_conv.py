@@ -21,6 +21,7 @@ from numba.extending import intrinsic
 
 from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
 from blazr.backends.cpu_ops import _act_row
+from blazr.numba_address import TaskByAddress, call_address
 from blazr.numba_copy import add1, copy1, copy2
 from blazr.quant.cpu_target import FEATURES
 
@@ -131,7 +132,6 @@ def _fill_slab(x, first, kind, slope, slab):
         slab[ci, hi:] = 0.0
 
 
-@njit(parallel=True, cache=True, nogil=True, error_model="numpy")
 def conv(x, w2, bias, residual, out, act, geometry):
     """out (C_out, L_out) = conv(act(x) (C_in, L) zero-padded by `pad`, w2 (>= ceil(C_out / ROWS) * ROWS,
     C_in * kw), stride 1, dilation dil) + bias (C_out,) + residual (C_out, L_out), each term only when its
@@ -142,17 +142,35 @@ def conv(x, w2, bias, residual, out, act, geometry):
     round-robin to `workers` (tasks are equal but the last). A task writes act(x) for its columns and their
     kw - 1 taps of reach into its worker's slab, which then stays in cache for every channel tile of the
     task: no padded copy of the whole input is made."""
+    _launch(
+        _CONV_TASK.address(x, w2, bias, residual, out, act, geometry),
+        x,
+        w2,
+        bias,
+        residual,
+        out,
+        act,
+        geometry,
+    )
+
+
+@njit(parallel=True, cache=True, nogil=True, error_model="numpy")
+def _launch(task_fn, x, w2, bias, residual, out, act, geometry):
+    """conv's parallel loop over workers; task_fn: _conv_task's address for these argument types."""
     pad, kw, dil, block, groups, workers = geometry
     blocks = (out.shape[1] + block - 1) // block
     slabs = np.empty((workers, x.shape[0], block + dil * (kw - 1)), dtype=np.float32)  # act(x) columns
     for worker in prange(workers):
         for task in range(worker, blocks * groups, workers):
-            _conv_task(x, w2, bias, residual, out, act, geometry, task, slabs[worker])
+            call_address(task_fn, (x, w2, bias, residual, out, act, geometry, slabs, worker, task))
 
 
+# called by address (blazr.numba_address): the parallel loop does not compile its code again (~3 s a signature)
 @njit(cache=True, nogil=True, error_model="numpy")
-def _conv_task(x, w2, bias, residual, out, act, geometry, task, slab):
-    """One task of conv: output columns task // groups * block + [0, block), channel share task % groups."""
+def _conv_task(x, w2, bias, residual, out, act, geometry, slabs, worker, task):
+    """One task of conv in worker's slab (slabs (workers, C_in, S)): output columns task // groups * block +
+    [0, block), channel share task % groups."""
+    slab = slabs[worker]  # (C_in, S)
     pad, kw, dil, block, groups, _ = geometry
     c_in = x.shape[0]
     c_out, l_out = out.shape
@@ -180,6 +198,12 @@ def _conv_task(x, w2, bias, residual, out, act, geometry, task, slab):
                     out[r, t] += add
             if residual.size:
                 add1(out[r, t_start:t_stop], residual[r, t_start:t_stop])
+
+
+# _conv_task(*conv's arguments, slabs (workers, C_in, S) float32, worker, task)
+_CONV_TASK = TaskByAddress(
+    _conv_task, lambda *given: (*given, types.Array(types.float32, 3, "C"), types.int64, types.int64)
+)
 
 
 @njit(parallel=True, cache=True, nogil=True)

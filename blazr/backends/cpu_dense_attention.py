@@ -28,9 +28,10 @@ Layouts as in Backend.attention_dense: q (Tq, H, Dk), k (Tk, Hkv, Dk), v (Tk, Hk
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
 
 from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
+from blazr.numba_address import TaskByAddress, call_address
 
 Q_TILE = 128  # queries per task: each key and value is read and transposed once per this many queries
 _SUB = 16  # queries per block of scores (SUB, KT): the block stays in L1 between softmax and P @ V
@@ -78,13 +79,19 @@ def _key_range(pos, nk, causal, window):
     return lo, max(lo, hi)
 
 
-@njit(parallel=True, cache=True, fastmath=True, nogil=True)
 def attention_dense(q, k, v, q_lens, kv_lens, scale, causal, window, q_tile, out, rel, has_rel):
     """out (Tq, H, Dv) = Backend.attention_dense(q, k, v, q_lens, kv_lens, scale, causal, window, rel_bias).
     q_tile: queries per task (Q_TILE; the benchmark varies it). rel (H, 2R + 1) f32: the relative position
     bias when has_rel, else ignored (NO_REL). Returns False, computing nothing, when the lengths do not fit
     the arrays (negative, wrong sums, H not a multiple of Hkv, rel not (H, odd)): the caller then takes the
     numpy path, which reports the error, where this kernel would read and write out of bounds."""
+    task = _TILE_TASK.address(q, k, v, scale, causal, window, rel, has_rel, out)
+    return _launch(task, q, k, v, q_lens, kv_lens, scale, causal, window, q_tile, out, rel, has_rel)
+
+
+@njit(parallel=True, cache=True, fastmath=True, nogil=True)
+def _launch(task_fn, q, k, v, q_lens, kv_lens, scale, causal, window, q_tile, out, rel, has_rel):
+    """attention_dense's checks and parallel loop; task_fn: _tile's address for these argument types."""
     batch = q_lens.shape[0]
     tq, heads, dk = q.shape
     tk, hkv, dv = v.shape
@@ -116,21 +123,24 @@ def attention_dense(q, k, v, q_lens, kv_lens, scale, causal, window, q_tile, out
         q0 += nq
         k0 += nk
     for task in prange(n_tiles * heads):
-        tile, h = task // heads, task % heads
-        _tile(
-            q, k, v, tiles[tile], h, h // g_len, scale, causal, window, rel[h if has_rel else 0], has_rel, out
+        call_address(
+            task_fn,
+            (q, k, v, scale, causal, window, rel, has_rel, out, tiles, task // heads, task % heads, g_len),
         )
     return True
 
 
-# A serial function of its own, not inlined: numba's parallel passes then see one call in the prange body
-# (attention_dense compiled in 23.2 s with the body inlined, 12.6 s so; see cpu_attention.attention_prefill).
+# A serial function of its own, called by address (blazr.numba_address): numba's parallel passes then see one
+# call in the prange body, and the parallel loop does not compile its code again (attention_dense compiled in
+# 23.2 s with the body inlined, 12.6 s as a called function; see cpu_attention.attention_prefill).
 @njit(cache=True, fastmath=True, nogil=True)
-def _tile(q, k, v, tile, h, kh, scale, causal, window, rel, has_rel, out):
-    """Query head h (KV head kh) of the query rows tile[1] .. tile[1] + tile[2] - 1 (positions tile[0] ..),
-    against the tile[4] keys from row tile[3]. Key tiles go in the outer loop and blocks of _SUB queries in
-    the inner one, so each key and value is read from memory and transposed once per task, not per block.
-    rel (2R + 1,): head h's relative position bias when has_rel."""
+def _tile(q, k, v, scale, causal, window, rel_all, has_rel, out, tiles, t, h, g_len):
+    """Query head h (KV head h // g_len) of the query rows tile[1] .. tile[1] + tile[2] - 1 (positions
+    tile[0] ..), against the tile[4] keys from row tile[3], tile = tiles[t]. Key tiles go in the outer loop and
+    blocks of _SUB queries in the inner one, so each key and value is read from memory and transposed once per
+    task, not per block. rel_all (H, 2R + 1): the relative position bias when has_rel."""
+    tile, kh = tiles[t], h // g_len
+    rel = rel_all[h if has_rel else 0]  # (2R + 1,) head h's bias
     first_pos, row0, n_rows, key0, nk = tile[0], tile[1], tile[2], tile[3], tile[4]
     dk, dv = q.shape[2], v.shape[2]
     # each query's keys, worked out once: the loops below then take no mask flags
@@ -296,3 +306,9 @@ def _weights_times_values(p, vt, a, e, acc):
             acc[i, d] += a0
             if pair:
                 acc[i1, d] += a1
+
+
+# _tile(q, k, v, scale, causal, window, rel, has_rel, out, tiles (n_tiles, 5) int64, t, h, g_len)
+_TILE_TASK = TaskByAddress(
+    _tile, lambda *given: (*given, types.Array(types.int64, 2, "C"), types.int64, types.int64, types.int64)
+)

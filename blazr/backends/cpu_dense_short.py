@@ -18,21 +18,28 @@ out (Tq, H, Dv); Dv must be a multiple of 16 (else the caller takes the tiled ke
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
 
 from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
 from blazr.backends.cpu_dense_attention import _NEG, _exp_row, _key_range
 from blazr.backends.cpu_dense_simd import LANES, TILE_ROWS, tile_ab, tile_atb1, tile_atb2
+from blazr.numba_address import TaskByAddress, call_address
 
 MAX_KEYS = 128  # the longest key count this path takes; the tiled kernel takes longer sequences
 
 
-@njit(parallel=True, cache=True, fastmath=True, nogil=True, error_model="numpy")
 def attention_short(q, k, v, q_lens, kv_lens, scale, causal, window, out, rel, has_rel):
     """out (Tq, H, Dv) = Backend.attention_dense(...) when every kv_lens[b] <= MAX_KEYS. rel (H, 2R + 1):
     the relative position bias when has_rel (else ignored: cpu_dense_attention.NO_REL). Returns False,
     computing nothing, when the lengths do not fit the arrays or a sequence is too long (the caller then takes
     another path)."""
+    task = _SEQUENCE_TASK.address(q, k, v, q_lens, kv_lens, scale, causal, window, rel, has_rel, out)
+    return _launch(task, q, k, v, q_lens, kv_lens, scale, causal, window, out, rel, has_rel)
+
+
+@njit(parallel=True, cache=True, fastmath=True, nogil=True, error_model="numpy")
+def _launch(task_fn, q, k, v, q_lens, kv_lens, scale, causal, window, out, rel, has_rel):
+    """attention_short's checks and parallel loop; task_fn: _sequence's address for these argument types."""
     batch = q_lens.shape[0]
     tq, heads, dk = q.shape
     tk, hkv, dv = v.shape
@@ -53,31 +60,20 @@ def attention_short(q, k, v, q_lens, kv_lens, scale, causal, window, out, rel, h
     if has_rel and (rel.shape[0] != heads or rel.shape[1] % 2 == 0):
         return False
     for b in prange(batch):
-        _sequence(
-            q,
-            k,
-            v,
-            starts[b, 0],
-            q_lens[b],
-            starts[b, 1],
-            kv_lens[b],
-            scale,
-            causal,
-            window,
-            rel,
-            has_rel,
-            out,
-        )
+        call_address(task_fn, (q, k, v, q_lens, kv_lens, scale, causal, window, rel, has_rel, out, starts, b))
     return True
 
 
-# A serial function of its own, not inlined: numba's parallel passes then see one call in the prange body
-# (attention_short compiled in 14.4 s with the body inlined, 9.8 s so; see cpu_attention.attention_prefill).
+# A serial function of its own, called by address (blazr.numba_address): numba's parallel passes then see one
+# call in the prange body, and the parallel loop does not compile its code again (attention_short compiled in
+# 14.4 s with the body inlined, 9.8 s as a called function; see cpu_attention.attention_prefill).
 @njit(cache=True, fastmath=True, nogil=True, error_model="numpy")
-def _sequence(q, k, v, row0, nq, key0, nk, scale, causal, window, rel, has_rel, out):
-    """Every head of one sequence: queries row0 .. row0 + nq - 1, keys key0 .. key0 + nk - 1. Scores are
-    kept keys-major, st (nk8, nq16): the softmax's max and sum (over the keys) are then elementwise across
-    key rows, contiguous over the queries, with no horizontal reductions."""
+def _sequence(q, k, v, q_lens, kv_lens, scale, causal, window, rel, has_rel, out, starts, b):
+    """Every head of sequence b: queries row0 .. row0 + nq - 1, keys key0 .. key0 + nk - 1 (row0, key0 =
+    starts[b]; nq, nk its lengths). Scores are kept keys-major, st (nk8, nq16): the softmax's max and sum
+    (over the keys) are then elementwise across key rows, contiguous over the queries, with no horizontal
+    reductions."""
+    row0, nq, key0, nk = starts[b, 0], q_lens[b], starts[b, 1], kv_lens[b]
     heads, dk = q.shape[1], q.shape[2]
     hkv, dv = v.shape[1], v.shape[2]
     g_len = heads // hkv
@@ -164,3 +160,9 @@ def _softmax_cols(st, bits, k2, m, lsum, nk):
         for i in range(n):
             r[i] = min(r[i] - m[i], np.float32(0.0))
     _exp_row(st[:nk].ravel(), bits[:nk].ravel(), k2)
+
+
+# _sequence(*attention_short's arguments but out last, starts (B, 2) int64, b)
+_SEQUENCE_TASK = TaskByAddress(
+    _sequence, lambda *given: (*given, types.Array(types.int64, 2, "C"), types.int64)
+)
