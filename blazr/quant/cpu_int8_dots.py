@@ -352,21 +352,18 @@ def _launch(span, tag, x, blocks, out, rows_per_task):
         call_address(span, (tag, blocks, xq, dx, xs, out, start, stop))
 
 
-# _span(tag, blocks, xq (T, K) int8, dx (T, K/32) f32, xs (T, K/16) int32, out, start, stop)
-_SPAN_TASK = TaskByAddress(
-    _span,
-    lambda tag, blocks, out: (
-        tag,
-        blocks,
-        c_array(np.int8, 2),
-        c_array(np.float32, 2),
-        c_array(np.int32, 2),
-        out,
-        types.int64,
-        types.int64,
-    ),
-    NEUTRAL_TAG,
-)
+def int8_task(task, xsum_dtype, ints: int) -> TaskByAddress:
+    """TaskByAddress for an int8 kernel's task(tag, blocks, xq (T, K) int8, dx (T, K/32) float32, xsum (T, G)
+    of xsum_dtype, out, then `ints` integers), the quantized x being the launcher's own arrays."""
+
+    def argtypes(tag, blocks, out):
+        x_arrays = (c_array(np.int8, 2), c_array(np.float32, 2), c_array(xsum_dtype, 2))
+        return (tag, blocks, *x_arrays, out, *[types.int64] * ints)
+
+    return TaskByAddress(task, argtypes, NEUTRAL_TAG)
+
+
+_SPAN_TASK = int8_task(_span, np.int32, 2)  # _span(tag, blocks, xq, dx, xs, out, start, stop)
 
 
 def matmul_int8(x, blocks, tag, out, rows_per_task):

@@ -11,11 +11,12 @@ the lane dot blazr.quant.cpu_int8_lanes computes, so the output equals the per-e
 from __future__ import annotations
 
 import numpy as np
-from numba import get_num_threads, njit, prange, types
+from numba import get_num_threads, njit, prange
 
 from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
-from blazr.numba_address import TaskByAddress, c_array, call_address
+from blazr.numba_address import call_address
 from blazr.quant.cpu_blocks import NEUTRAL_TAG
+from blazr.quant.cpu_int8_dots import int8_task
 from blazr.quant.cpu_int8_gemm import quantize_padded
 from blazr.quant.cpu_int8_lanes import FORMATS, LANES, ROWS, int8_lane_dot
 
@@ -48,19 +49,7 @@ def _launch(span, tag, x, blocks, xrow, row0, out, rows_per_task):
 
 
 # _pair_span(tag, blocks, xq (Tp, Kp) int8, dx (Tp, Kp/32) f32, xsum (Tp, G) f32, out, i, j, base, start, stop)
-_PAIR_SPAN = TaskByAddress(
-    _pair_span,
-    lambda tag, blocks, out: (
-        tag,
-        blocks,
-        c_array(np.int8, 2),
-        c_array(np.float32, 2),
-        c_array(np.float32, 2),
-        out,
-        *[types.int64] * 5,
-    ),
-    NEUTRAL_TAG,
-)
+_PAIR_SPAN = int8_task(_pair_span, np.float32, 5)
 
 
 def matmul_experts_lanes(

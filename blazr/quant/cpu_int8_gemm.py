@@ -18,10 +18,10 @@ How, per call:
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange, types
+from numba import njit, prange
 
 from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
-from blazr.numba_address import TaskByAddress, c_array, call_address
+from blazr.numba_address import call_address
 from blazr.numba_copy import copy1
 from blazr.quant.cpu_blocks import NEUTRAL_TAG, dispatch_by_format
 from blazr.quant.cpu_gemm_simd import (
@@ -33,7 +33,7 @@ from blazr.quant.cpu_gemm_simd import (
     gemm_tile_signed,
     rows_per_task,
 )
-from blazr.quant.cpu_int8_dots import quantize_rows
+from blazr.quant.cpu_int8_dots import int8_task, quantize_rows
 from blazr.quant.cpu_unpack import SIGNED, UNPACKERS, unpack_row
 
 AVAILABLE = gemm_tile is not None
@@ -115,21 +115,7 @@ def _launch(task_fn, tag, x, blocks, out, rows_per_task):
 
 
 # _task(tag, blocks, xq (Tp, Kp) int8, dx (Tp, Kp/32) f32, xsum (Tp, G) f32, out, start, stop, k)
-_TASK = TaskByAddress(
-    _task,
-    lambda tag, blocks, out: (
-        tag,
-        blocks,
-        c_array(np.int8, 2),
-        c_array(np.float32, 2),
-        c_array(np.float32, 2),
-        out,
-        types.int64,
-        types.int64,
-        types.int64,
-    ),
-    NEUTRAL_TAG,
-)
+_TASK = int8_task(_task, np.float32, 3)
 
 
 def matmul_int8_gemm(

@@ -17,12 +17,12 @@ per 16-value group, so `ws * dx` and `mins * xsum` are the very float32 numbers 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange, types
+from numba import njit, prange
 
 from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
-from blazr.numba_address import TaskByAddress, c_array, call_address
+from blazr.numba_address import call_address
 from blazr.quant.cpu_blocks import NEUTRAL_TAG, dispatch_by_format
-from blazr.quant.cpu_int8_dots import _k_scale_min
+from blazr.quant.cpu_int8_dots import _k_scale_min, int8_task
 from blazr.quant.cpu_int8_gemm import quantize_padded
 from blazr.quant.cpu_lane_simd import (
     LANES,
@@ -389,20 +389,7 @@ def _launch(span, tag, x, blocks, out, rows_per_task):
 
 
 # _span(tag, blocks, xq (Tp, Kp) int8, dx (Tp, Kp/32) f32, xsum (Tp, G) f32, out, start, stop)
-_SPAN_TASK = TaskByAddress(
-    _span,
-    lambda tag, blocks, out: (
-        tag,
-        blocks,
-        c_array(np.int8, 2),
-        c_array(np.float32, 2),
-        c_array(np.float32, 2),
-        out,
-        types.int64,
-        types.int64,
-    ),
-    NEUTRAL_TAG,
-)
+_SPAN_TASK = int8_task(_span, np.float32, 2)
 
 
 def matmul_int8_lanes(
