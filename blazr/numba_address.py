@@ -1,4 +1,4 @@
-"""Parallel kernels that call their per-format serial task by address, so that each compiles once.
+"""Parallel kernels that call their serial task by address, so that the task's code is generated once.
 
 Why: numba links a callee's code into every caller and compiles it to machine code again there. A packed
 matmul was a `parallel=True` function per format (its task function picked at compile time by the format
@@ -7,7 +7,9 @@ second time: 1-2 s a format and kernel kind on a 2-core AMD EPYC (Zen 1 class), 
 packed-format tests and several on a user's first start. Here the parallel launcher is compiled once per
 kernel kind with a format-neutral tag (blazr.quant.cpu_blocks.NEUTRAL_TAG) and calls the task whose address
 it is given; the task is compiled (or loaded from numba's on-disk cache) once per format, for the real tag's
-type, which picks the format's code at compile time as before.
+type, which picks the format's code at compile time as before. Kernels without formats (the paged prefill,
+dense and short attention, conv) call their loop body so too: it is then compiled once, not again inside the
+parallel loop (2.5-4 s less a first call on that CPU).
 
 The call uses numba's own calling convention (status, exception info, arguments as numba's data model
 flattens them), so a task's exceptions reach the launcher's caller as they would through a direct call. A

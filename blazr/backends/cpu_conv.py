@@ -142,16 +142,8 @@ def conv(x, w2, bias, residual, out, act, geometry):
     round-robin to `workers` (tasks are equal but the last). A task writes act(x) for its columns and their
     kw - 1 taps of reach into its worker's slab, which then stays in cache for every channel tile of the
     task: no padded copy of the whole input is made."""
-    _launch(
-        _CONV_TASK.address(x, w2, bias, residual, out, act, geometry),
-        x,
-        w2,
-        bias,
-        residual,
-        out,
-        act,
-        geometry,
-    )
+    given = (x, w2, bias, residual, out, act, geometry)
+    _launch(_CONV_TASK.address(*given), *given)
 
 
 @njit(parallel=True, cache=True, nogil=True, error_model="numpy")
