@@ -264,21 +264,11 @@ def _launch_prefill(
         first[b + 1] = first[b] + q_lens[b]
     for task in prange(batch * hkv):
         b, kh = task // hkv, task % hkv
-        args = (
-            q,
-            k_cache,
-            v_cache,
-            tables,
-            ctx_lens,
-            q_lens,
-            block_size,
-            scale,
-            window,
-            softcap,
-            alibi,
-            sinks,
-        )
-        call_address(task_fn, (*args, out, first, b, kh))
+        call_address(
+            task_fn,
+            (q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, alibi, sinks, out,
+             first, b, kh),
+        )  # fmt: skip
 
 
 def attention_prefill(
@@ -293,21 +283,7 @@ def attention_prefill(
     passes then see one call, and the parallel loop does not compile the body's code again. Compiling for a
     float32 and a float16 cache took 28.8 s with the body inlined, 16.9 s as a called function (with
     blazr.numba_copy's change too; 2-core AMD EPYC, Zen 1 class), on every cold start."""
-    given = (
-        q,
-        k_cache,
-        v_cache,
-        tables,
-        ctx_lens,
-        q_lens,
-        block_size,
-        scale,
-        window,
-        softcap,
-        alibi,
-        sinks,
-        out,
-    )
+    given = (q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, alibi, sinks, out)  # fmt: skip
     _launch_prefill(_PREFILL_TASK.address(*given), *given)
 
 
