@@ -50,6 +50,36 @@ def test_widen_is_exact_for_every_finite_half():
     assert np.array_equal(out[finite].view(np.uint32), halves[finite].astype(np.float32).view(np.uint32))
 
 
+def test_narrow_rounds_as_to_half_for_every_kind_of_float(rng):
+    """The KV write's in-kernel rounding (half_bits.narrow) equals to_half bit for bit: every float16 value,
+    the ties halfway between neighbours (to even), the float16 subnormals and what underflows below them, the
+    saturating overflow, random bit patterns over all exponents; a NaN stays a NaN."""
+    from blazr.backends.base import to_half
+    from blazr.backends.half_bits import narrow
+
+    @numba.njit
+    def narrow_all(x, out):
+        for i in range(x.size):
+            out[i] = narrow(x[i])
+
+    halves = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    exact = halves[np.isfinite(halves)].astype(np.float32)  # every finite float16
+    ups = np.nextafter(exact, np.float32(np.inf))
+    with np.errstate(over="ignore"):  # 65504's next float16 is inf
+        above = np.nextafter(exact.astype(np.float16), np.float16(np.inf)).astype(np.float64)
+    ties = ((exact + above) / 2).astype(np.float32)  # halfway to the next float16 (exact in float32)
+    x = np.concatenate([
+        exact, ups, np.nextafter(exact, np.float32(-np.inf)), ties[np.isfinite(ties)],
+        rng.integers(0, 1 << 32, 1 << 20, dtype=np.uint64).astype(np.uint32).view(np.float32),
+        np.array([1e9, -1e9, np.inf, -np.inf, 65519.0, 65520.0, 6e-8, 3e-8, 2.9e-8, 0.0, -0.0], np.float32),
+    ])  # fmt: skip
+    out = np.empty(x.size, dtype=np.uint16)
+    narrow_all(x, out)
+    nan = np.isnan(x)
+    assert np.array_equal(out[~nan], to_half(x[~nan]).view(np.uint16))
+    assert np.isnan(out[nan].view(np.float16)).all()
+
+
 def test_to_half_saturates_instead_of_overflowing():
     from blazr.backends.base import to_half
 

@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager, nullcontext
 import numpy as np
 
 from blazr.backends.array_api import ArrayAPIBackend
-from blazr.backends.base import ACTIVATIONS, ROPE_STYLES, Array, as_half_bits, to_half
+from blazr.backends.base import ACTIVATIONS, ROPE_STYLES, Array, as_half_bits
 from blazr.errors import ConfigError
 from blazr.quant import DEQUANT_TYPES, INTERNAL_TYPES, QuantRowStack, QuantWeight
 from blazr.quant.experts import QuantExperts
@@ -56,6 +56,7 @@ class Backend(ArrayAPIBackend):
         if fast_kernels and not HAS_NUMBA:
             raise ConfigError("fast CPU kernels need numba; install it with: pip install numba")
         self.fast_kernels = HAS_NUMBA if fast_kernels is None else bool(fast_kernels)
+        self._quant_modules: dict = {}  # format -> its kernel module (_quant_module)
         # round activations to int8 for matmuls with packed weights (blazr.quant.cpu_int8_dots, cpu_int8_gemm):
         # by default where the CPU has the int8 GEMM for prompts (VNNI or AVX2), since a token must round the
         # same way whatever batch it is in, and the int8 row dots alone would make prompts 3-4x slower
@@ -83,7 +84,14 @@ class Backend(ArrayAPIBackend):
             self._dense_attention = cpu_dense_attention
 
     def _quant_module(self, fmt: str):
-        """The kernel module for one format: numba kernels where they exist, else the numpy reference."""
+        """The kernel module for one format: numba kernels where they exist, else the numpy reference (looked
+        up once per format: every packed matmul of a decode step asks)."""
+        found = self._quant_modules.get(fmt)
+        if found is None:
+            found = self._quant_modules[fmt] = self._find_quant_module(fmt)
+        return found
+
+    def _find_quant_module(self, fmt: str):
         if self.fast_kernels:
             from blazr.quant import cpu_kernels
 
@@ -244,8 +252,8 @@ class Backend(ArrayAPIBackend):
             or slots.dtype != np.int32
         ):
             return super().kv_write(k_cache, v_cache, k, v, slots)
-        if k_cache.dtype == np.float16:  # rounded here, copied as bits by the kernel (half_bits)
-            k_cache, v_cache, k, v = as_half_bits(k_cache, v_cache, to_half(k), to_half(v))
+        # a float16 cache as its bits, k and v rounded into it by the kernel (half_bits.to_cache)
+        k_cache, v_cache = as_half_bits(k_cache, v_cache)
         self._ops.kv_write(k_cache, v_cache, k, v, slots)
 
     def conv1d(
@@ -330,9 +338,9 @@ class Backend(ArrayAPIBackend):
         # numba's pool where the model's matmuls already run on it (see cpu_ssm); the same numbers either way
         args = (x, dt, rates, B, C, D, states, seq_slots, q_lens, fresh, y)
         if self._numba_pool and x.shape[0] * math.prod(states.shape[1:]) >= cpu_ssm.PARALLEL_SCAN_WORK:
-            from numba import get_num_threads
+            from blazr.numba_threads import num_threads
 
-            cpu_ssm.ssm_scan_parallel(*args, 4 * get_num_threads())
+            cpu_ssm.ssm_scan_parallel(*args, 4 * num_threads())
         else:
             cpu_ssm.ssm_scan_serial(*args)
         return y
@@ -401,7 +409,7 @@ class Backend(ArrayAPIBackend):
             and (alibi is None or alibi.dtype == np.float32)
             and (sinks is None or sinks.dtype == np.float32)
         ):
-            keys, values = as_half_bits(k_cache, v_cache)  # float16: widened as loaded (half_bits)
+            keys, values = as_half_bits(k_cache, v_cache)  # float16: widened in the kernels (half_bits)
             out = np.empty(q.shape, dtype=np.float32)  # (T, H, Dh)
             paged = (q, keys, values, block_tables, ctx_lens, q_lens)
             args = (int(block_size), np.float32(scale), int(window), np.float32(softcap))
@@ -419,20 +427,8 @@ class Backend(ArrayAPIBackend):
             if self._numba_prefill:
                 self._ops.attention_prefill(*paged, *args, slopes, logits, out)
                 return out
-        return super().attention(
-            q,
-            k_cache,
-            v_cache,
-            block_tables,
-            ctx_lens,
-            q_lens,
-            block_size,
-            scale,
-            window,
-            softcap,
-            alibi,
-            sinks,
-        )
+        given = (q, k_cache, v_cache, block_tables, ctx_lens, q_lens, block_size)
+        return super().attention(*given, scale, window, softcap, alibi, sinks)
 
     @staticmethod
     def _long_bidirectional(q_lens, kv_lens, causal, window, rel_bias) -> bool:

@@ -147,9 +147,13 @@ def _staged_rows_numba(k_cache, v_cache, slots, kh):
         keys = np.empty((n, 1, dh), dtype=np.float32)  # (L, 1, Dh)
         values = np.empty((n, 1, dh), dtype=np.float32)  # (L, 1, Dh)
         for j in range(n):
+            # rows as 1-D views: indexing the 3-D arrays in the loop kept it scalar (13 us against 1.9 us
+            # for 41 rows of 64, Zen 1)
+            k_row, v_row = k_cache[slots[j], kh], v_cache[slots[j], kh]  # (Dh,) bits each
+            k_out, v_out = keys[j, 0], values[j, 0]  # (Dh,)
             for i in range(dh):
-                keys[j, 0, i] = widen(k_cache[slots[j], kh, i])
-                values[j, 0, i] = widen(v_cache[slots[j], kh, i])
+                k_out[i] = widen(k_row[i])
+                v_out[i] = widen(v_row[i])
         return keys, values, np.arange(n), 0
 
     return stage
@@ -191,16 +195,18 @@ def _decode(
         lo = max(0, ctx - window) if window > 0 else 0
         _sequence_slots(tables, b, lo, ctx, block_size, slots)
         for kh in range(hkv):
-            keys = slots[: ctx - lo]
+            # float16 caches: the head's rows widened once, not once per query head of the group, and
+            # attended by the very function a prompt's queries take (_prefill_task)
+            k_rows, v_rows, rows_of, col = _staged_rows(k_cache, v_cache, slots[: ctx - lo], kh)
             _attend(
                 q,
                 out,
                 b,
                 kh,
-                kh,
-                k_cache,
-                v_cache,
-                keys,
+                col,
+                k_rows,
+                v_rows,
+                rows_of,
                 lo,
                 scale,
                 softcap,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba import get_num_threads, njit, prange, types
+from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -23,6 +23,7 @@ from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against
 from blazr.backends.cpu_ops import _act_row
 from blazr.numba_address import TaskByAddress, call_address
 from blazr.numba_copy import add1, copy1, copy2
+from blazr.numba_threads import num_threads
 from blazr.quant.cpu_target import FEATURES
 
 # The register tile: ROWS output channels x VECS vectors of LANES samples. AVX-512 has 32 vector registers:
@@ -246,8 +247,8 @@ def conv1d(
     blocks = -(-l_out // block)
     row_tiles = -(-c_out // ROWS)
     # short sequences (a text encoder's frames) share the channel tiles out too, so every thread has work
-    groups = min(row_tiles, max(1, -(-TASKS_PER_THREAD * get_num_threads() // blocks)))
-    workers = min(get_num_threads(), blocks * groups)
+    groups = min(row_tiles, max(1, -(-TASKS_PER_THREAD * num_threads() // blocks)))
+    workers = min(num_threads(), blocks * groups)
     res = _NO_RESIDUAL if residual is None else np.ascontiguousarray(residual, dtype=np.float32)
     x = np.ascontiguousarray(x, dtype=np.float32)
     geometry = (pad, kw, dilation, block, groups, workers)

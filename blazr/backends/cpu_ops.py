@@ -29,7 +29,7 @@ from blazr.backends.cpu_attention import (  # noqa: F401 (the backend's ops)
     attention_prefill,
 )
 from blazr.backends.cpu_math import erfc_pos, exp_neg, tanh
-from blazr.numba_copy import copy2
+from blazr.backends.half_bits import to_cache
 
 
 @njit(cache=True, fastmath=True, nogil=True)
@@ -72,7 +72,8 @@ def rope(x, cos, sin, neox, rot, out):
 
 @njit(cache=True, nogil=True)
 def kv_write(k_cache, v_cache, k, v, slots):
-    """k_cache[slots[t]] = k[t] and v_cache[slots[t]] = v[t]; caches (S, Hkv, Dh), k/v (T, Hkv, Dh)."""
+    """k_cache[slots[t]] = k[t] and v_cache[slots[t]] = v[t]; caches (S, Hkv, Dh), k/v (T, Hkv, Dh). A float16
+    cache comes as its uint16 bits with float32 k and v, rounded here as to_half does (half_bits.to_cache)."""
     n_slots = k_cache.shape[0]
     if k.shape[1:] != k_cache.shape[1:] or v.shape[1:] != v_cache.shape[1:] or k.shape[0] < slots.shape[0]:
         raise ValueError("kv_write: the rows' shapes differ from the KV cache's")
@@ -80,8 +81,16 @@ def kv_write(k_cache, v_cache, k, v, slots):
         s = slots[t]
         if s < 0 or s >= n_slots:
             raise IndexError("kv_write: a slot lies outside the KV cache")
-        copy2(k_cache[s], k[t])  # not slice copies: blazr.numba_copy
-        copy2(v_cache[s], v[t])
+        _put_rows(k_cache[s], k[t])
+        _put_rows(v_cache[s], v[t])
+
+
+@njit(inline="always")
+def _put_rows(dst, src):
+    """dst (Hkv, Dh) = src as the cache stores it (not a slice copy: blazr.numba_copy)."""
+    for i in range(src.shape[0]):
+        for j in range(src.shape[1]):
+            dst[i, j] = to_cache(dst, src[i, j])
 
 
 @njit(cache=True, fastmath=True, nogil=True)

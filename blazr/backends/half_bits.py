@@ -7,7 +7,9 @@ LLVM calls a runtime helper numba's JIT does not link), while shifts, a bit cast
 every x86 level. Exact for every finite float16, subnormals and signed zeros included; inf and NaN are not
 decoded (the KV cache writes none: its values are clipped to the float16 range).
 
-The other way is numpy's (blazr.backends.base.to_half: round to nearest even, saturating at +-65504), and
+`narrow(x)` is the other way, float32 -> float16 bits, exactly as blazr.backends.base.to_half (numpy's
+rounding to nearest even after saturating at +-65504; NaN stays NaN): the KV write rounds inside its kernel
+rather than in four numpy passes per layer and decode step (~25 us of SmolLM2's ~30 layers' each).
 blazr.backends.base.as_half_bits makes the uint16 views.
 """
 
@@ -33,6 +35,18 @@ def _float32_from_bits(typingctx, bits):
     return types.float32(types.uint32), codegen
 
 
+@intrinsic
+def _bits_from_float32(typingctx, x):
+    """The IEEE 754 bits (uint32) of float32 `x`: a bit cast, no conversion."""
+    if x != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return types.uint32(types.float32), codegen
+
+
 def widen(x):
     """float32 of a cache element: a float as it is, uint16 bits as the float16 they hold (numba only)."""
     raise NotImplementedError("widen runs inside numba kernels only")
@@ -55,3 +69,59 @@ def _widen(x):
 
         return half
     return None
+
+
+_HALF_MAX = np.float32(65504.0)  # blazr.backends.base.HALF_MAX
+
+
+def narrow(x):
+    """float16 bits (uint16) of float32 `x`, as to_half rounds it (numba only)."""
+    raise NotImplementedError("narrow runs inside numba kernels only")
+
+
+@overload(narrow, inline="always")
+def _narrow(x):
+    if x != types.float32:
+        return None
+
+    def half(x):
+        # numpy's npy_floatbits_to_halfbits with ties to even, after to_half's clip (NaN passes the clip)
+        if x > _HALF_MAX:
+            x = _HALF_MAX
+        elif x < -_HALF_MAX:
+            x = -_HALF_MAX
+        f = _bits_from_float32(x)
+        sign = (f >> np.uint32(16)) & np.uint32(0x8000)
+        exp = f & np.uint32(0x7F800000)
+        if exp == np.uint32(0x7F800000):  # NaN (inf was clipped): the top 10 payload bits, kept a NaN
+            payload = np.uint32(0x7C00) + ((f & np.uint32(0x007FFFFF)) >> np.uint32(13))
+            return np.uint16(sign | (payload + np.uint32(payload == np.uint32(0x7C00))))
+        if exp <= np.uint32(0x38000000):  # a float16 subnormal, or zero
+            if exp < np.uint32(0x33000000):
+                return np.uint16(sign)
+            sig = (np.uint32(0x00800000) + (f & np.uint32(0x007FFFFF))) >> (
+                np.uint32(113) - (exp >> np.uint32(23))
+            )
+            if (sig & np.uint32(0x3FFF)) != np.uint32(0x1000) or (f & np.uint32(0x7FF)) != 0:
+                sig += np.uint32(0x1000)
+            return np.uint16(sign | (sig >> np.uint32(13)))
+        sig = f & np.uint32(0x007FFFFF)
+        if (sig & np.uint32(0x3FFF)) != np.uint32(0x1000):
+            sig += np.uint32(0x1000)
+        # a carry out of the significand moves into the exponent, as in numpy
+        return np.uint16(sign | (((exp - np.uint32(0x38000000)) >> np.uint32(13)) + (sig >> np.uint32(13))))
+
+    return half
+
+
+def to_cache(cache, x):
+    """float32 `x` as an element of `cache` stores it: narrow(x) for a float16 cache's uint16 bits, else x
+    (numba only)."""
+    raise NotImplementedError("to_cache runs inside numba kernels only")
+
+
+@overload(to_cache, inline="always")
+def _to_cache(cache, x):
+    if isinstance(cache, types.Array) and cache.dtype == types.uint16 and x == types.float32:
+        return lambda cache, x: narrow(x)
+    return lambda cache, x: x

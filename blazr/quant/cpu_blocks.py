@@ -250,8 +250,10 @@ def register_decoder(fmt: str, decoder) -> None:
 
 
 @functools.cache
+@functools.cache
 def format_tag(fmt: str) -> np.ndarray:
-    """The kernels' format argument: a zero-length array whose dtype has one field, "<fmt>:<sources hash>"."""
+    """The kernels' format argument: a zero-length array whose dtype has one field, "<fmt>:<sources hash>"
+    (one per format, made once: every packed matmul asks; a zero-length array holds nothing to change)."""
     return np.empty(0, dtype=[(f"{fmt}:{_sources_hash()}", np.uint8)])
 
 

@@ -11,10 +11,11 @@ the lane dot blazr.quant.cpu_int8_lanes computes, so the output equals the per-e
 from __future__ import annotations
 
 import numpy as np
-from numba import get_num_threads, njit, prange
+from numba import njit, prange
 
 from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
 from blazr.numba_address import call_address
+from blazr.numba_threads import num_threads
 from blazr.quant.cpu_blocks import NEUTRAL_TAG
 from blazr.quant.cpu_int8_dots import int8_task
 from blazr.quant.cpu_int8_gemm import quantize_padded
@@ -62,7 +63,7 @@ def matmul_experts_lanes(
     pairs = len(row0)
     out = np.empty((pairs, n), dtype=np.float32)  # (P, N)
     # about 8 tasks per thread over all pairs, each at least ROWS rows
-    per_task = max(ROWS, -(-n * pairs // (8 * get_num_threads())))
+    per_task = max(ROWS, -(-n * pairs // (8 * num_threads())))
     xrow, row0 = (np.ascontiguousarray(a, dtype=np.int64) for a in (xrow, row0))
     span = _PAIR_SPAN.address(tag, blocks, out)
     _launch(span, NEUTRAL_TAG, x, blocks, xrow, row0, out, min(n, per_task))

@@ -16,10 +16,11 @@ Importing this module imports numba; the CPU backend falls back to blazr.quant.r
 from __future__ import annotations
 
 import numpy as np
-from numba import get_num_threads, njit, prange, types
+from numba import njit, prange, types
 
 from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
 from blazr.numba_address import TaskByAddress, call_address
+from blazr.numba_threads import num_threads
 from blazr.quant import QuantRowStack, QuantWeight, cpu_iq_blocks, cpu_small_blocks  # noqa: F401 (registers)
 from blazr.quant.cpu_blocks import DECODERS, F16_TABLE, NEUTRAL_TAG, decode_row, format_tag
 from blazr.quant.cpu_dots import DOTS, row_dot
@@ -161,7 +162,7 @@ def _decode_rows(blocks, tag, f16, out, rows_per_task):
 
 def _rows_per_task(n: int) -> int:
     # about 8 tasks per thread balances uneven cores without paying much per task
-    return max(1, -(-n // (8 * get_num_threads())))
+    return max(1, -(-n // (8 * num_threads())))
 
 
 def dequantize(w: QuantWeight) -> np.ndarray:
@@ -187,12 +188,12 @@ def matmul(x: np.ndarray, w: QuantWeight | QuantRowStack, int8: bool = True, bla
     elif kernel == "int8-lanes":
         matmul_int8_lanes(x, w.blocks, tag, out, _rows_per_task(n))
     elif kernel == "int8-gemm":
-        matmul_int8_gemm(x, w.blocks, tag, out, get_num_threads())
+        matmul_int8_gemm(x, w.blocks, tag, out, num_threads())
     elif kernel == "fused":
         xsum = x.reshape(x.shape[0], k // 32, 32).sum(axis=2)  # (T, K/32)
         _matmul_fused(x, w.blocks, tag, F16_TABLE, xsum, out, _rows_per_task(n))
     elif kernel == "f32-gemm":
-        matmul_f32_gemm(x, w.blocks, tag, out, get_num_threads())
+        matmul_f32_gemm(x, w.blocks, tag, out, num_threads())
     elif kernel == "rows":
         _matmul_rows(x, w.blocks, tag, F16_TABLE, out, _rows_per_task(n))
     else:

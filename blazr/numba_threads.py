@@ -1,0 +1,18 @@
+"""numba's thread count for the Python side of a kernel call, without numba.get_num_threads' cost per call.
+
+Why: numba.get_num_threads() enters numba's process-wide launch lock (a multiprocessing lock, then a thread
+lock) on every call, ~3 us on a 2-core EPYC, and a decode step asked it once per packed matmul (121 times a
+SmolLM2 token). Once the pool has started, the calling thread's count is one C call; before that, and if
+numba's internals ever change, the public function answers."""
+
+from __future__ import annotations
+
+from numba import get_num_threads
+from numba.np.ufunc import parallel
+
+
+def num_threads() -> int:
+    """What numba.get_num_threads() returns for the calling thread."""
+    count = getattr(parallel, "_get_num_threads", None)  # set by numba when its pool starts
+    n = count() if count is not None else 0
+    return n if n > 0 else get_num_threads()
