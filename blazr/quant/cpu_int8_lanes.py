@@ -24,6 +24,7 @@ from blazr.numba_address import call_address
 from blazr.quant.cpu_blocks import NEUTRAL_TAG, dispatch_by_format
 from blazr.quant.cpu_int8_dots import _k_scale_min, int8_task
 from blazr.quant.cpu_int8_gemm import quantize_padded
+from blazr.quant.cpu_lane_rows import ROW_PAIRS
 from blazr.quant.cpu_lane_simd import (
     LANES,
     fma_i8,
@@ -48,7 +49,12 @@ from blazr.quant.cpu_unpack import _q3_k_scale
 # function by its name); distinct names keep them apart.
 AVAILABLE = LANES > 0
 _SPAN = max(1, LANES // 8)  # 32-value blocks per tile step: block b writes lanes (b % _SPAN) * 8 ..
-ROWS = 8  # rows a kernel call takes side by side
+ROWS = 8  # rows a kernel call takes side by side (cpu_lane_rows: GROUP at a time)
+# the block-pair loops of the 32-value formats with 8-lane tiles, accumulators in registers (cpu_lane_rows;
+# None elsewhere: 16-lane tiles keep the memory lanes here, not yet measured on an AVX-512 machine)
+_PAIRS_Q4_0, _PAIRS_Q4_1, _PAIRS_Q5_0, _PAIRS_Q5_1, _PAIRS_Q8_0 = (
+    ROW_PAIRS.get(name) for name in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
+)
 PREFETCH_GROUPS = 1
 
 
@@ -111,18 +117,37 @@ def _lanes_q4_q5(rows, xq, dx, xsum, acc, mins, out, r0, block_bytes, five, has_
                     fma_q4_pair(
                         row, o0 + qs_at, o1 + qs_at, x, 32 * b, acc[i], d0, dx[t, b], d1, dx[t, b + 1]
                     )
-        if nblocks % 2:
-            b = nblocks - 1
-            o = b * block_bytes
-            for i in range(nrows):
-                row = rows[i]  # (row_bytes,)
-                d = f16_at(row, o)
-                _lanes_q4_q5_mins(row, mins[i], b, o, d, five, has_min)
-                if five:
-                    fma_q5(row, o + qs_at, o + qh_at, x, 32 * b, acc[i], (b % _SPAN) * 8, d, d, dx[t, b])
-                else:
-                    fma_q4(row, o + qs_at, x, 32 * b, acc[i], (b % _SPAN) * 8, d, d, dx[t, b])
+        _lanes_q4_q5_last(rows, x, dx, acc, mins, t, block_bytes, five, has_min)
         _lanes_finish(acc, mins, xsum, out, t, r0, nrows, True)
+
+
+@njit(inline="always")
+def _rows_q4_q5(rows, xq, dx, xsum, acc, mins, out, r0, pairs, block_bytes, five, has_min):
+    """_lanes_q4_q5 with 8-lane tiles: the block pairs by cpu_lane_rows' loop for the format (`pairs`), each
+    row's lanes in registers."""
+    for t in range(xq.shape[0]):
+        pairs(rows, xq[t], dx[t], acc, mins, rows.shape[1] // block_bytes // 2)
+        _lanes_q4_q5_last(rows, xq[t], dx, acc, mins, t, block_bytes, five, has_min)
+        _lanes_finish(acc, mins, xsum, out, t, r0, rows.shape[0], True)
+
+
+@njit(inline="always")
+def _lanes_q4_q5_last(rows, x, dx, acc, mins, t, block_bytes, five, has_min):
+    """An odd last block of the rows, alone (half a tile step), into their accumulators in memory."""
+    nblocks = rows.shape[1] // block_bytes
+    if nblocks % 2:
+        qh_at = 4 if has_min else 2
+        qs_at = qh_at + (4 if five else 0)
+        b = nblocks - 1
+        o = b * block_bytes
+        for i in range(rows.shape[0]):
+            row = rows[i]  # (row_bytes,)
+            d = f16_at(row, o)
+            _lanes_q4_q5_mins(row, mins[i], b, o, d, five, has_min)
+            if five:
+                fma_q5(row, o + qs_at, o + qh_at, x, 32 * b, acc[i], (b % _SPAN) * 8, d, d, dx[t, b])
+            else:
+                fma_q4(row, o + qs_at, x, 32 * b, acc[i], (b % _SPAN) * 8, d, d, dx[t, b])
 
 
 @njit(inline="always")
@@ -148,6 +173,26 @@ def _lanes_q5_0(rows, xq, dx, xsum, acc, mins, out, r0):
 @njit(nogil=True)
 def _lanes_q5_1(rows, xq, dx, xsum, acc, mins, out, r0):
     _lanes_q4_q5(rows, xq, dx, xsum, acc, mins, out, r0, 24, True, True)
+
+
+@njit(nogil=True)
+def _rows_q4_0(rows, xq, dx, xsum, acc, mins, out, r0):
+    _rows_q4_q5(rows, xq, dx, xsum, acc, mins, out, r0, _PAIRS_Q4_0, 18, False, False)
+
+
+@njit(nogil=True)
+def _rows_q4_1(rows, xq, dx, xsum, acc, mins, out, r0):
+    _rows_q4_q5(rows, xq, dx, xsum, acc, mins, out, r0, _PAIRS_Q4_1, 20, False, True)
+
+
+@njit(nogil=True)
+def _rows_q5_0(rows, xq, dx, xsum, acc, mins, out, r0):
+    _rows_q4_q5(rows, xq, dx, xsum, acc, mins, out, r0, _PAIRS_Q5_0, 22, True, False)
+
+
+@njit(nogil=True)
+def _rows_q5_1(rows, xq, dx, xsum, acc, mins, out, r0):
+    _rows_q4_q5(rows, xq, dx, xsum, acc, mins, out, r0, _PAIRS_Q5_1, 24, True, True)
 
 
 @njit(inline="always")
@@ -196,13 +241,29 @@ def _lanes_q8_0(rows, xq, dx, xsum, acc, mins, out, r0):
                 _lanes_prefetch(row, o0, 68)
                 fma_i8_pair(row, o0 + 2, o1 + 2, x, 32 * b, acc[i], f16_at(row, o0), dx[t, b], f16_at(row, o1),
                             dx[t, b + 1])  # fmt: skip
-        if nblocks % 2:
-            b = nblocks - 1
-            o = 34 * b
-            for i in range(nrows):
-                d = f16_at(rows[i], o)
-                fma_i8(rows[i], o + 2, x, 32 * b, acc[i], (b % _SPAN) * 8, d, d, dx[t, b])
+        _lanes_q8_0_last(rows, x, dx, acc, t)
         _lanes_finish(acc, mins, xsum, out, t, r0, nrows, False)
+
+
+@njit(nogil=True)
+def _rows_q8_0(rows, xq, dx, xsum, acc, mins, out, r0):
+    """_lanes_q8_0 with 8-lane tiles: the block pairs by cpu_lane_rows (accumulators in registers)."""
+    for t in range(xq.shape[0]):
+        _PAIRS_Q8_0(rows, xq[t], dx[t], acc, mins, rows.shape[1] // 34 // 2)
+        _lanes_q8_0_last(rows, xq[t], dx, acc, t)
+        _lanes_finish(acc, mins, xsum, out, t, r0, rows.shape[0], False)
+
+
+@njit(inline="always")
+def _lanes_q8_0_last(rows, x, dx, acc, t):
+    """An odd last Q8_0 block, alone, into the accumulators in memory."""
+    nblocks = rows.shape[1] // 34
+    if nblocks % 2:
+        b = nblocks - 1
+        o = 34 * b
+        for i in range(rows.shape[0]):
+            d = f16_at(rows[i], o)
+            fma_i8(rows[i], o + 2, x, 32 * b, acc[i], (b % _SPAN) * 8, d, d, dx[t, b])
 
 
 # ---- 256-value K-quant super-blocks -------------------------------------------------------------------
@@ -364,6 +425,14 @@ LANE_DOTS: dict = {
     "Q2_K": _lanes_q2_k, "Q3_K": _lanes_q3_k, "Q4_K": _lanes_q4_k, "Q5_K": _lanes_q5_k, "Q6_K": _lanes_q6_k,
     "I4Z": _lanes_i4z,
 }  # fmt: skip
+if ROW_PAIRS:  # 8-lane tiles
+    LANE_DOTS |= {
+        "Q4_0": _rows_q4_0,
+        "Q4_1": _rows_q4_1,
+        "Q5_0": _rows_q5_0,
+        "Q5_1": _rows_q5_1,
+        "Q8_0": _rows_q8_0,
+    }
 FORMATS: frozenset[str] = frozenset(LANE_DOTS) if AVAILABLE else frozenset()
 
 int8_lane_dot = dispatch_by_format(LANE_DOTS, "int8_lane_dot")

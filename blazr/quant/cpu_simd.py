@@ -313,6 +313,8 @@ def dot_q6_k(typingctx, w, qlo, qho, ql_shift, qh_shift, x, xo):
 
 
 _HALF_ASM = "vmovd $1, $0\n\tvcvtph2ps $0, $0"  # half bits in a 32-bit register -> float32 in an xmm
+# two 32-bit registers of two halves each -> the four as float32, in one conversion
+_FOUR_HALVES_ASM = "vmovd $1, $0\n\tvpinsrd $$1, $2, $0, $0\n\tvcvtph2ps $0, $0"
 
 
 @intrinsic
@@ -322,23 +324,41 @@ def f16_at(typingctx, w, wo):
     _check_bytes(w)
 
     def codegen(context, builder, sig, args):
-        ptr = _byte_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-        if NATIVE_HALF and X86:
-            # LLVM loads a lone half with vpinsrw into whatever register it picks, so the conversion waited
-            # on that register's last writer: in the lane dots, the previous row's accumulator, which
-            # chained the rows together (15 cycles a Q4_1 block on a Zen 1; 7-9% of SmolLM2's decode).
-            # vmovd from a general register writes all of its destination: no false dependency.
-            half = builder.load(builder.bitcast(ptr, ir.IntType(16).as_pointer()), align=1)
-            bits = builder.zext(half, _I32)
-            convert = ir.InlineAsm(ir.FunctionType(ir.FloatType(), [_I32]), _HALF_ASM, "=x,r")
-            return builder.call(convert, [bits])
-        if NATIVE_HALF:
-            half = builder.load(builder.bitcast(ptr, ir.HalfType().as_pointer()), align=1)
-            return builder.fpext(half, ir.FloatType())
-        bits = builder.zext(builder.load(builder.bitcast(ptr, ir.IntType(16).as_pointer()), align=1), _I32)
-        return _half_bits_to_float(builder, bits)
+        return half_to_float(builder, _byte_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1]))
 
     return types.float32(w, wo), codegen
+
+
+def half_to_float(builder, ptr):
+    """float32 of the little-endian half at byte pointer `ptr`."""
+    half = builder.load(builder.bitcast(ptr, ir.IntType(16).as_pointer()), align=1)
+    if NATIVE_HALF and X86:
+        # LLVM loads a lone half with vpinsrw into whatever register it picks, so the conversion waited
+        # on that register's last writer: in the lane dots, the previous row's accumulator, which
+        # chained the rows together (15 cycles a Q4_1 block on a Zen 1; 7-9% of SmolLM2's decode).
+        # vmovd from a general register writes all of its destination: no false dependency.
+        convert = ir.InlineAsm(ir.FunctionType(ir.FloatType(), [_I32]), _HALF_ASM, "=x,r")
+        return builder.call(convert, [builder.zext(half, _I32)])
+    if NATIVE_HALF:
+        return builder.fpext(builder.bitcast(half, ir.HalfType()), ir.FloatType())
+    return _half_bits_to_float(builder, builder.zext(half, _I32))
+
+
+def four_halves(builder, ptr0, ptr1):
+    """<4 x float> of the halves at ptr0, ptr0 + 2, ptr1, ptr1 + 2 (two blocks' leading scale pairs) in one
+    conversion where the target has F16C, else one at a time."""
+    if NATIVE_HALF and X86:
+        lo, hi = (builder.load(builder.bitcast(p, _I32.as_pointer()), align=1) for p in (ptr0, ptr1))
+        # "=&x": the output is written before the second input is read
+        convert = ir.InlineAsm(
+            ir.FunctionType(_vec(ir.FloatType(), 4), [_I32, _I32]), _FOUR_HALVES_ASM, "=&x,r,r"
+        )
+        return builder.call(convert, [lo, hi])
+    four = ir.Constant(_vec(ir.FloatType(), 4), None)
+    for i, (p, at) in enumerate(((ptr0, 0), (ptr0, 2), (ptr1, 0), (ptr1, 2))):
+        value = half_to_float(builder, builder.gep(p, [ir.Constant(_I32, at)]))
+        four = builder.insert_element(four, value, ir.Constant(_I32, i))
+    return four
 
 
 def _half_bits_to_float(builder, bits):
@@ -362,13 +382,17 @@ def prefetch(typingctx, w, wo):
     _check_bytes(w)
 
     def codegen(context, builder, sig, args):
-        ptr = _byte_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-        fnty = ir.FunctionType(ir.VoidType(), [_I8.as_pointer(), _I32, _I32, _I32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
-        builder.call(fn, [ptr, ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
+        prefetch_line(builder, _byte_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1]))
         return context.get_dummy_value()
 
     return types.none(w, wo), codegen
+
+
+def prefetch_line(builder, ptr):
+    """The prefetch hint for the cache line of byte pointer `ptr` (read, keep in all levels)."""
+    fnty = ir.FunctionType(ir.VoidType(), [_I8.as_pointer(), _I32, _I32, _I32])
+    fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+    builder.call(fn, [ptr, ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
 
 
 # ---- unpacking: each format's integers stored as bytes (blazr.quant.cpu_unpack) -----------------------------
