@@ -76,3 +76,23 @@ def test_a_token_gives_the_same_output_in_any_batch(fmt, rng):
         at = int(rng.integers(0, size))
         batch = np.concatenate([others[:at], x, others[at:]])  # (size, K)
         np.testing.assert_array_equal(cpu_kernels.matmul(batch, w)[at], alone[0], err_msg=f"batch of {size}")
+
+
+def test_the_cpu_backends_decode_matmul_keeps_its_output_and_follows_the_dtype(rng):
+    """Backend.matmul decides a packed weight's decode kernel at its first int8 call (cpu_int8_lanes.LaneMatmul)
+    and takes it from then on: the same bits as cpu_kernels.matmul for contiguous and strided x, none once
+    the activations turn float32 (--dtype f32)."""
+    from blazr.backends.cpu import Backend
+
+    be = Backend()
+    w = random_weight("Q4_1", 37, 512, rng)
+    x = activations(rng, 3, 1024)[:, ::2]  # (3, 512) a strided view
+    want = cpu_kernels.matmul(x, w)  # (3, N)
+    np.testing.assert_array_equal(be.matmul(x, w), want)  # the first call chooses
+    assert be._lane_matmuls.get(w) is not None
+    np.testing.assert_array_equal(be.matmul(np.ascontiguousarray(x), w), want)  # the chosen kernel
+    np.testing.assert_array_equal(be.matmul(x, w), want)
+    be.set_int8_activations(False)
+    assert be._lane_matmuls.get(w) is None
+    np.testing.assert_array_equal(be.matmul(x, w), cpu_kernels.matmul(x, w, int8=False))
+    assert not np.array_equal(be.matmul(x, w), want)  # float32 activations round otherwise

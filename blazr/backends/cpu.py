@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import weakref
 from contextlib import AbstractContextManager, nullcontext
 
 import numpy as np
@@ -57,6 +58,8 @@ class Backend(ArrayAPIBackend):
             raise ConfigError("fast CPU kernels need numba; install it with: pip install numba")
         self.fast_kernels = HAS_NUMBA if fast_kernels is None else bool(fast_kernels)
         self._quant_modules: dict = {}  # format -> its kernel module (_quant_module)
+        # QuantWeight -> its decode matmul (cpu_int8_lanes.LaneMatmul) or None, while int8 activations are on
+        self._lane_matmuls: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         # round activations to int8 for matmuls with packed weights (blazr.quant.cpu_int8_dots, cpu_int8_gemm):
         # by default where the CPU has the int8 GEMM for prompts (VNNI or AVX2), since a token must round the
         # same way whatever batch it is in, and the int8 row dots alone would make prompts 3-4x slower
@@ -105,6 +108,7 @@ class Backend(ArrayAPIBackend):
         """--dtype q8 (True) or an explicit float dtype (False): int8 or exact float32 activations in the
         dot products with packed weights."""
         self.int8_activations = bool(enabled)
+        self._lane_matmuls.clear()
 
     def kernels_own_threads(self) -> AbstractContextManager:
         # OpenBLAS's threads spin for a while after each call, on the cores numba's pool then needs: a VITS
@@ -168,6 +172,14 @@ class Backend(ArrayAPIBackend):
         return all(cpu_kernels.path(most, p.format, True) == "int8-lanes" and p.perm is None for p in w.parts)
 
     def matmul(self, x: Array, w: Array) -> Array:
+        decode = self._lane_matmuls.get(w) if type(w) is QuantWeight else None  # set at w's first int8 call
+        if (
+            decode is not None
+            and x.shape[0] < decode.max_tokens
+            and x.dtype == np.float32
+            and x.flags.c_contiguous
+        ):
+            return decode(x)  # (T, N) a decode step's packed matmul, its kernel chosen once
         if isinstance(w, QuantRowStack):
             return np.concatenate([self.matmul(x, part) for part in w.parts], axis=1)  # (T, N)
         if isinstance(w, QuantWeight):
@@ -175,11 +187,12 @@ class Backend(ArrayAPIBackend):
             module = self._quant_module(w.format)
             if module.__name__.endswith("cpu_kernels"):
                 self._numba_pool = True
-                if not self._numba_prefill and self.int8_activations and self._int8_gemm:
-                    self._numba_prefill = module.path(x.shape[0], w.format, True) in (
-                        "int8",
-                        "int8-lanes",
-                        "int8-gemm",
+                if self.int8_activations and self._int8_gemm:
+                    lanes = self._lane_matmuls.get(w, False)  # None: w's format has no lane dots
+                    self._lane_matmuls[w] = module.lane_matmul(w) if lanes is False else lanes
+                    paths = ("int8", "int8-lanes", "int8-gemm")
+                    self._numba_prefill = (
+                        self._numba_prefill or module.path(x.shape[0], w.format, True) in paths
                     )
                 return module.matmul(x, w, int8=self.int8_activations, blas=not self._numba_prefill)  # (T, N)
             return module.matmul(x, w)  # (T, N)
@@ -430,21 +443,6 @@ class Backend(ArrayAPIBackend):
         given = (q, k_cache, v_cache, block_tables, ctx_lens, q_lens, block_size)
         return super().attention(*given, scale, window, softcap, alibi, sinks)
 
-    @staticmethod
-    def _long_bidirectional(q_lens, kv_lens, causal, window, rel_bias) -> bool:
-        """Whole-sequence attention over long, well-formed sequences: two BLAS products per head
-        (blazr.backends.cpu_long_attention) beat the tiled kernel there (Whisper's encoder)."""
-        from blazr.backends.cpu_long_attention import MIN_KEYS
-
-        return (
-            not causal
-            and window == 0
-            and rel_bias is None
-            and q_lens.shape == kv_lens.shape
-            and bool(np.all(kv_lens >= MIN_KEYS))
-            and bool(np.all(q_lens >= 0))
-        )
-
     def attention_dense(self, q, k, v, q_lens, kv_lens, scale, causal=False, window=0, rel_bias=None):
         # One parallel numba call for the whole packed batch (blazr.backends.cpu_dense_attention); it declines
         # lengths that do not fit the arrays, and numpy's version then reports them.
@@ -460,10 +458,10 @@ class Backend(ArrayAPIBackend):
             # q (Tq, H, Dk), k (Tk, Hkv, Dk), v (Tk, Hkv, Dv)
             q, k, v = (np.ascontiguousarray(a) for a in (q, k, v))
             out = np.empty((q.shape[0], q.shape[1], v.shape[2]), dtype=np.float32)  # (Tq, H, Dv)
-            if self._long_bidirectional(q_lens, kv_lens, causal, window, rel_bias):
-                from blazr.backends.cpu_long_attention import attention_long
+            from blazr.backends import cpu_long_attention as long
 
-                attention_long(q, k, v, q_lens, kv_lens, scale, out)
+            if long.takes(q_lens, kv_lens, causal, window, rel_bias):
+                long.attention_long(q, k, v, q_lens, kv_lens, scale, out)
                 return out
             lens = (np.ascontiguousarray(q_lens), np.ascontiguousarray(kv_lens))  # (B,) each
             flags = (np.float32(scale), bool(causal), int(window))

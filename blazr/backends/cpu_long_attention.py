@@ -22,6 +22,19 @@ MIN_KEYS = 512  # shorter sequences stay on the tiled kernel
 _buffers = threading.local()  # per thread: a scores buffer reused across calls
 
 
+def takes(q_lens, kv_lens, causal, window, rel_bias) -> bool:
+    """Whether attention_long takes this whole-sequence attention: long, well-formed sequences, where two BLAS
+    products per head beat the tiled kernel (Whisper's encoder)."""
+    return (
+        not causal
+        and window == 0
+        and rel_bias is None
+        and q_lens.shape == kv_lens.shape
+        and bool(np.all(kv_lens >= MIN_KEYS))
+        and bool(np.all(q_lens >= 0))
+    )
+
+
 def _scores_buffer(size: int) -> np.ndarray:
     """A float32 buffer of at least `size` values, kept between calls: allocating the 54 MB of a Whisper
     tiny layer's scores afresh each call cost more in page faults (~15 ms) than the GEMM that fills it."""

@@ -21,6 +21,7 @@ from numba import njit, prange
 
 from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
 from blazr.numba_address import call_address
+from blazr.numba_threads import num_threads
 from blazr.quant.cpu_blocks import NEUTRAL_TAG, dispatch_by_format
 from blazr.quant.cpu_int8_dots import _k_scale_min, int8_task
 from blazr.quant.cpu_int8_gemm import quantize_padded
@@ -459,6 +460,26 @@ def _launch(span, tag, x, blocks, out, rows_per_task):
 
 # _span(tag, blocks, xq (Tp, Kp) int8, dx (Tp, Kp/32) f32, xsum (Tp, G) f32, out, start, stop)
 _SPAN_TASK = int8_task(_span, np.float32, 2)
+
+
+class LaneMatmul:
+    """One packed weight's matmul on the lane dots with all but x decided once: a decode step's packed matmul
+    spent ~12 us in Python choosing its kernel, tag and task address, per weight and step (SmolLM2: 121 a
+    token; 7% of its decode on a Zen 1 class EPYC). `self(x)` for x (T, K) C-contiguous float32, T < max_tokens
+    (where the int8 GEMM takes over); the same output as matmul_int8_lanes."""
+
+    __slots__ = ("span", "blocks", "n", "max_tokens")
+
+    def __init__(self, blocks: np.ndarray, tag: np.ndarray, n: int, max_tokens: int):
+        if not AVAILABLE:
+            raise RuntimeError("the int8 lane dots need an x86 CPU with VNNI or AVX2, as the int8 GEMM")
+        self.span = _SPAN_TASK.address(tag, blocks, np.empty((1, n), dtype=np.float32))
+        self.blocks, self.n, self.max_tokens = blocks, n, max_tokens
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        out = np.empty((x.shape[0], self.n), dtype=np.float32)  # (T, N)
+        _launch(self.span, NEUTRAL_TAG, x, self.blocks, out, max(1, -(-self.n // (8 * num_threads()))))
+        return out
 
 
 def matmul_int8_lanes(
