@@ -37,7 +37,7 @@ from blazr.quant.cpu_simd import (
     _splat,
 )
 
-_F32, _I32, _I64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+_F32, _I32, _I64, _I8 = ir.FloatType(), ir.IntType(32), ir.IntType(64), ir.IntType(8)
 # the tile's accumulator lanes (0 where the CPU has no int8 GEMM: nothing here is then compiled)
 LANES = (LANE_BYTES or 0) // 4
 # the 32-byte lane dot this CPU has (exact int32 sums of 4 products, like the tile's wider one)
@@ -76,6 +76,11 @@ def _lane_dots(builder, values, xv, signed: bool):
         )
     negative = builder.icmp_signed("<", values, zero8)  # |w| times x with w's sign
     magnitude = builder.select(negative, builder.sub(zero8, values), values)
+    if n == 32:  # AVX2's vpsignb: LLVM made the select 3 instructions (compare, xor, subtract); w = 0 gives 0
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(_vec(_I8, 32), [_vec(_I8, 32)] * 2), "llvm.x86.avx2.psign.b"
+        )
+        return _lane_dot(builder, magnitude, builder.call(fn, [xv, values]), n // 4, kind)
     return _lane_dot(builder, magnitude, builder.select(negative, builder.sub(zero8, xv), xv), n // 4, kind)
 
 
