@@ -33,7 +33,8 @@ def model_weights(llm) -> list:
 
 
 def total_seconds(kernel, weights, x_by_k, repeats: int) -> float:
-    from blazr.quant.cpu_kernels import _rows_per_task, format_tag, get_num_threads
+    from blazr.numba_threads import num_threads
+    from blazr.quant.cpu_kernels import _rows_per_task, format_tag
 
     best = float("inf")
     for _ in range(repeats):
@@ -42,7 +43,7 @@ def total_seconds(kernel, weights, x_by_k, repeats: int) -> float:
             n, k = w.shape
             x = x_by_k[k]
             out = np.empty((x.shape[0], n), dtype=np.float32)  # (T, N)
-            arg = get_num_threads() if kernel.__name__ == "matmul_int8_gemm" else _rows_per_task(n)
+            arg = num_threads() if kernel.__name__ == "matmul_int8_gemm" else _rows_per_task(n)
             kernel(x, w.blocks, format_tag(w.format), out, arg)
         best = min(best, time.perf_counter() - start)
     return best
