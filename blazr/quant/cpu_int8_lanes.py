@@ -5,7 +5,8 @@ step's few tokens took row dots (cpu_int8_dots) that sum the same exact integer 
 A token then got other logits alone than inside a batch of 8 or more (continuous batching) or inside a whole
 prompt (a prefix-cache hit computes only the tail), and greedy text flipped at near-ties. These kernels read
 the packed rows as the row dots do (one pass, values unpacked in registers) but do the tile's float32
-arithmetic cell by cell (blazr.quant.cpu_lane_simd): a token's output is bit-identical on both paths, for any
+arithmetic cell by cell (blazr.quant.cpu_lane_simd; with 8-lane tiles, the 32-value formats' block pairs by
+blazr.quant.cpu_lane_rows, accumulators in registers): a token's output is bit-identical on both paths, for any
 batch. They run where the CPU has the int8 GEMM; elsewhere every token count takes the row dots, which are
 then the only path.
 

@@ -96,7 +96,7 @@ def _pair_step(builder, fmt: BlockFormat, block0, xlo, xhi, dx0, dx1, mins_at, l
 def _rows_pass(builder, fmt: BlockFormat, rows_at, ahead, x, dx, acc_at, mins_at, npairs, count: int):
     """The pair loop over `count` rows side by side: rows_at(i), acc_at(i), mins_at(i) give row i's pointers;
     each pair's bytes `ahead` bytes on (the next pass's rows: a matrix's rows are consecutive) are prefetched, as
-    the memory-lane kernels did (the LM head, streamed from memory, lost a fifth of its speed without)."""
+    the memory-lane kernels did (SmolLM2's Q8_0 LM head, streamed from memory, took 1.55x the time without)."""
     cells = [cgutils.alloca_once_value(builder, ir.Constant(_vec(_F32, 8), None)) for _ in range(count)]
     with cgutils.for_range(builder, npairs) as loop:
         p = loop.index
@@ -132,8 +132,8 @@ def _check(rows, x, dx, acc, mins):
                 for a in (acc, mins))
     )  # fmt: skip
     if not ok:
-        raise TypeError(f"lane row pairs take C uint8 rows, int8 x, float32 dx, C float32 acc and mins: {rows}, "
-                        f"{x}, {dx}, {acc}, {mins}")  # fmt: skip
+        raise TypeError(f"lane row pairs take 2-D uint8 rows (bytes contiguous), 1-D int8 x and float32 dx, C float32 "
+                        f"acc and mins: {rows}, {x}, {dx}, {acc}, {mins}")  # fmt: skip
 
 
 def _make_pairs(fmt: BlockFormat):

@@ -24,7 +24,8 @@ from numba.extending import intrinsic
 
 from blazr.quant.cpu_target import NATIVE_HALF, X86
 
-# f16_at's x86 code is a two-instruction inline asm, which numba's JIT assembles only with the asm parser
+# the half conversions' x86 code is inline asm (half_to_float, four_halves): numba's JIT assembles it only
+# with the asm parser
 llb.initialize_native_asmparser()
 
 _I8, _I32 = ir.IntType(8), ir.IntType(32)
@@ -349,7 +350,6 @@ def four_halves(builder, ptr0, ptr1):
     conversion where the target has F16C, else one at a time."""
     if NATIVE_HALF and X86:
         lo, hi = (builder.load(builder.bitcast(p, _I32.as_pointer()), align=1) for p in (ptr0, ptr1))
-        # "=&x": the output is written before the second input is read
         convert = ir.InlineAsm(
             ir.FunctionType(_vec(ir.FloatType(), 4), [_I32, _I32]), _FOUR_HALVES_ASM, "=&x,r,r"
         )
