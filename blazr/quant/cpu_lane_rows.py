@@ -27,7 +27,8 @@ from blazr.quant.cpu_lane_simd import LANES, _lane_dots
 from blazr.quant.cpu_simd import _load, _nibbles, _splat, _vec, four_halves, prefetch_line
 
 _F32, _I32, _I64, _I8 = ir.FloatType(), ir.IntType(32), ir.IntType(64), ir.IntType(8)
-# rows a pass takes side by side, as independent accumulator chains (Q4_1 at 1, 2, 4: 5.2, 4.7, 4.0 ns a block)
+# rows a pass takes side by side, as independent accumulator chains (Q4_1 at 1, 2, 4: 5.2, 4.7, 4.0 ns a block;
+# Q5's bit expansion needs more registers: at 4 it spilled, 3 measured 4.8-5.2 ns against 5.0-5.7)
 GROUP = 4
 # how many passes ahead the prefetches read (Gemma 3's 262144 x 640 Q8_0 head at 1, 2, 4: the same 12.9-13.3 ms)
 PREFETCH_PASSES = 1
@@ -39,13 +40,14 @@ class BlockFormat(NamedTuple):
     qh_at: int | None  # Q5's high bits
     offsets: str  # "-m" (the block's second half), "8d" / "16d" (Q4_0 / Q5_0), "" (Q8_0: none)
     signed: bool = False
+    group: int = GROUP
 
 
 FORMATS = {
     "Q4_0": BlockFormat(18, 2, None, "8d"),
     "Q4_1": BlockFormat(20, 4, None, "-m"),
-    "Q5_0": BlockFormat(22, 6, 2, "16d"),
-    "Q5_1": BlockFormat(24, 8, 4, "-m"),
+    "Q5_0": BlockFormat(22, 6, 2, "16d", group=3),
+    "Q5_1": BlockFormat(24, 8, 4, "-m", group=3),
     "Q8_0": BlockFormat(34, 2, None, "", signed=True),
 }
 
@@ -164,10 +166,10 @@ def _make_pairs(fmt: BlockFormat):
                 ahead = builder.mul(strides[0], ir.Constant(_I64, count * PREFETCH_PASSES))
                 _rows_pass(builder, fmt, rows_at, ahead, x_ptr, dx_ptr, acc_at, mins_at, n, count)
 
-            groups = builder.udiv(nrows, ir.Constant(_I64, GROUP))
+            groups = builder.udiv(nrows, ir.Constant(_I64, fmt.group))
             with cgutils.for_range(builder, groups) as loop:
-                pass_from(builder.mul(loop.index, ir.Constant(_I64, GROUP)), GROUP)
-            done = builder.mul(groups, ir.Constant(_I64, GROUP))
+                pass_from(builder.mul(loop.index, ir.Constant(_I64, fmt.group)), fmt.group)
+            done = builder.mul(groups, ir.Constant(_I64, fmt.group))
             with cgutils.for_range(builder, builder.sub(nrows, done)) as loop:
                 pass_from(builder.add(done, loop.index), 1)
             return context.get_dummy_value()
