@@ -188,8 +188,8 @@ class Backend(ArrayAPIBackend):
             if module.__name__.endswith("cpu_kernels"):
                 self._numba_pool = True
                 if self.int8_activations and self._int8_gemm:
-                    lanes = self._lane_matmuls.get(w, False)  # None: w's format has no lane dots
-                    self._lane_matmuls[w] = module.lane_matmul(w) if lanes is False else lanes
+                    if w not in self._lane_matmuls:  # None for a format without lane dots
+                        self._lane_matmuls[w] = module.lane_matmul(w)
                     paths = ("int8", "int8-lanes", "int8-gemm")
                     self._numba_prefill = (
                         self._numba_prefill or module.path(x.shape[0], w.format, True) in paths

@@ -20,6 +20,8 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic, overload
 
+from blazr.backends.base import HALF_MAX
+
 _TWO_POW_112 = np.float32(2.0**112)  # float16's exponent bias (15) to float32's (127)
 
 
@@ -71,7 +73,7 @@ def _widen(x):
     return None
 
 
-_HALF_MAX = np.float32(65504.0)  # blazr.backends.base.HALF_MAX
+_HALF_MAX = np.float32(HALF_MAX)
 
 
 def narrow(x):

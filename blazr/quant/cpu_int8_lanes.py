@@ -22,7 +22,7 @@ from numba import njit, prange
 
 from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
 from blazr.numba_address import call_address
-from blazr.numba_threads import num_threads
+from blazr.numba_threads import rows_per_task
 from blazr.quant.cpu_blocks import NEUTRAL_TAG, dispatch_by_format
 from blazr.quant.cpu_int8_dots import _k_scale_min, int8_task
 from blazr.quant.cpu_int8_gemm import quantize_padded
@@ -479,7 +479,7 @@ class LaneMatmul:
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         out = np.empty((x.shape[0], self.n), dtype=np.float32)  # (T, N)
-        _launch(self.span, NEUTRAL_TAG, x, self.blocks, out, max(1, -(-self.n // (8 * num_threads()))))
+        _launch(self.span, NEUTRAL_TAG, x, self.blocks, out, rows_per_task(self.n))
         return out
 
 

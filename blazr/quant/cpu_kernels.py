@@ -20,7 +20,7 @@ from numba import njit, prange, types
 
 from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
 from blazr.numba_address import TaskByAddress, call_address
-from blazr.numba_threads import num_threads
+from blazr.numba_threads import num_threads, rows_per_task
 from blazr.quant import QuantRowStack, QuantWeight, cpu_iq_blocks, cpu_small_blocks  # noqa: F401 (registers)
 from blazr.quant.cpu_blocks import DECODERS, F16_TABLE, NEUTRAL_TAG, decode_row, format_tag
 from blazr.quant.cpu_dots import DOTS, row_dot
@@ -160,9 +160,7 @@ def _decode_rows(blocks, tag, f16, out, rows_per_task):
     _launch_decode(span, NEUTRAL_TAG, blocks, f16, out, rows_per_task)
 
 
-def _rows_per_task(n: int) -> int:
-    # about 8 tasks per thread balances uneven cores without paying much per task
-    return max(1, -(-n // (8 * num_threads())))
+_rows_per_task = rows_per_task  # (the benchmarks' name for it)
 
 
 def dequantize(w: QuantWeight) -> np.ndarray:
