@@ -58,7 +58,7 @@ def main() -> None:
 
     import blazr
     from blazr.quant.cpu_int8_gemm import matmul_int8_gemm
-    from blazr.quant.cpu_int8_lanes import matmul_int8_lanes
+    from blazr.quant.cpu_lane_matmul import matmul_int8_lanes
 
     llm = blazr.load(args.model, num_ctx=512)
     weights = model_weights(llm)

@@ -15,7 +15,8 @@ pytest.importorskip("numba")
 from blazr.quant import cpu_kernels  # noqa: E402
 from blazr.quant.cpu_blocks import format_tag  # noqa: E402
 from blazr.quant.cpu_int8_gemm import matmul_int8_gemm  # noqa: E402
-from blazr.quant.cpu_int8_lanes import AVAILABLE, FORMATS, LANE_DOTS, ROWS, matmul_int8_lanes  # noqa: E402
+from blazr.quant.cpu_int8_lanes import AVAILABLE, FORMATS, LANE_DOTS, ROWS  # noqa: E402
+from blazr.quant.cpu_lane_matmul import matmul_int8_lanes  # noqa: E402
 from tests.test_quant_int8 import random_weight  # noqa: E402
 
 pytestmark = [
@@ -79,7 +80,7 @@ def test_a_token_gives_the_same_output_in_any_batch(fmt, rng):
 
 
 def test_the_cpu_backends_decode_matmul_keeps_its_output_and_follows_the_dtype(rng):
-    """Backend.matmul decides a packed weight's decode kernel at its first int8 call (cpu_int8_lanes.LaneMatmul)
+    """Backend.matmul decides a packed weight's decode kernel at its first int8 call (cpu_lane_matmul.LaneMatmul)
     and takes it from then on: the same bits as cpu_kernels.matmul for contiguous and strided x, none once
     the activations turn float32 (--dtype f32)."""
     from blazr.backends.cpu import Backend

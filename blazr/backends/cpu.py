@@ -58,7 +58,7 @@ class Backend(ArrayAPIBackend):
             raise ConfigError("fast CPU kernels need numba; install it with: pip install numba")
         self.fast_kernels = HAS_NUMBA if fast_kernels is None else bool(fast_kernels)
         self._quant_modules: dict = {}  # format -> its kernel module (_quant_module)
-        # QuantWeight -> its decode matmul (cpu_int8_lanes.LaneMatmul) or None, while int8 activations are on
+        # QuantWeight -> its decode matmul (cpu_lane_matmul.LaneMatmul) or None, while int8 activations are on
         self._lane_matmuls: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         # round activations to int8 for matmuls with packed weights (blazr.quant.cpu_int8_dots, cpu_int8_gemm):
         # by default where the CPU has the int8 GEMM for prompts (VNNI or AVX2), since a token must round the

@@ -18,15 +18,12 @@ per 16-value group, so `ws * dx` and `mins * xsum` are the very float32 numbers 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
-from blazr.numba_address import call_address
-from blazr.numba_threads import rows_per_task
-from blazr.quant.cpu_blocks import NEUTRAL_TAG, dispatch_by_format
-from blazr.quant.cpu_int8_dots import _k_scale_min, int8_task
-from blazr.quant.cpu_int8_gemm import quantize_padded
-from blazr.quant.cpu_lane_rows import ROW_PAIRS
+from blazr.quant.cpu_blocks import dispatch_by_format
+from blazr.quant.cpu_int8_dots import _k_scale_min
+from blazr.quant.cpu_lane_rows import ROW_LOOPS
 from blazr.quant.cpu_lane_simd import (
     LANES,
     fma_i8,
@@ -40,7 +37,7 @@ from blazr.quant.cpu_lane_simd import (
     fma_q5_k,
     fma_q5_pair,
     fma_q6_k,
-    lane_finish,
+    lane_finish_rows,
     lane_zero,
 )
 from blazr.quant.cpu_simd import f16_at, prefetch
@@ -52,10 +49,10 @@ from blazr.quant.cpu_unpack import _q3_k_scale
 AVAILABLE = LANES > 0
 _SPAN = max(1, LANES // 8)  # 32-value blocks per tile step: block b writes lanes (b % _SPAN) * 8 ..
 ROWS = 8  # rows a kernel call takes side by side (cpu_lane_rows: GROUP at a time)
-# the block-pair loops of the 32-value formats with 8-lane tiles, accumulators in registers (cpu_lane_rows;
-# None elsewhere: 16-lane tiles keep the memory lanes here, not yet measured on an AVX-512 machine)
-_PAIRS_Q4_0, _PAIRS_Q4_1, _PAIRS_Q5_0, _PAIRS_Q5_1, _PAIRS_Q8_0 = (
-    ROW_PAIRS.get(name) for name in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
+# the block-pair and super-block loops with 8-lane tiles, accumulators in registers (cpu_lane_rows; None
+# elsewhere: 16-lane tiles keep the memory lanes here, not yet measured on an AVX-512 machine)
+_PAIRS_Q4_0, _PAIRS_Q4_1, _PAIRS_Q5_0, _PAIRS_Q5_1, _PAIRS_Q8_0, _SUPERS_Q4_K, _SUPERS_Q5_K, _SUPERS_Q6_K = (
+    ROW_LOOPS.get(name) for name in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
 )
 PREFETCH_GROUPS = 1
 
@@ -64,9 +61,7 @@ PREFETCH_GROUPS = 1
 def _lanes_finish(acc, mins, xsum, out, t, r0, nrows, offsets):
     """out[t, r0 + i] = row i's accumulator after the tile's offset loop (formats with offsets) and its
     reduction."""
-    steps = xsum.shape[1] // LANES if offsets else 0
-    for i in range(nrows):
-        out[t, r0 + i] = lane_finish(acc[i], mins[i], xsum[t], steps)
+    lane_finish_rows(acc, mins, xsum[t], xsum.shape[1] // LANES if offsets else 0, out[t, r0 : r0 + nrows])
 
 
 @njit(inline="always")
@@ -309,6 +304,29 @@ def _lanes_q45_k(rows, xq, dx, xsum, acc, mins, out, r0, five):
         _lanes_finish(acc, mins, xsum, out, t, r0, nrows, True)
 
 
+@njit(inline="always")
+def _rows_super(rows, xq, dx, xsum, acc, mins, out, r0, supers, block_bytes):
+    """A K-quant's lanes with 8-lane tiles: cpu_lane_rows' super-block loop (`supers`), lanes in registers."""
+    for t in range(xq.shape[0]):
+        supers(rows, xq[t], dx[t], acc, mins, rows.shape[1] // block_bytes)
+        _lanes_finish(acc, mins, xsum, out, t, r0, rows.shape[0], True)
+
+
+@njit(nogil=True)
+def _rows_q4_k(rows, xq, dx, xsum, acc, mins, out, r0):
+    _rows_super(rows, xq, dx, xsum, acc, mins, out, r0, _SUPERS_Q4_K, 144)
+
+
+@njit(nogil=True)
+def _rows_q5_k(rows, xq, dx, xsum, acc, mins, out, r0):
+    _rows_super(rows, xq, dx, xsum, acc, mins, out, r0, _SUPERS_Q5_K, 176)
+
+
+@njit(nogil=True)
+def _rows_q6_k(rows, xq, dx, xsum, acc, mins, out, r0):
+    _rows_super(rows, xq, dx, xsum, acc, mins, out, r0, _SUPERS_Q6_K, 210)
+
+
 @njit(nogil=True)
 def _lanes_q4_k(rows, xq, dx, xsum, acc, mins, out, r0):
     _lanes_q45_k(rows, xq, dx, xsum, acc, mins, out, r0, False)
@@ -417,7 +435,7 @@ def _lanes_q6_k(rows, xq, dx, xsum, acc, mins, out, r0):
         _lanes_finish(acc, mins, xsum, out, t, r0, nrows, True)
 
 
-# ---- one kernel per format, picked at compile time; the parallel matvec ---------------------------------
+# ---- one kernel per format, picked at compile time (the parallel matvec: cpu_lane_matmul) ---------------------------------
 
 # type name -> fn(rows (R, row_bytes) uint8, xq (T, Kp) int8, dx (T, Kp/32) f32, xsum (T, G) f32,
 #                 acc (ROWS, LANES) f32 scratch, mins (ROWS, G) f32 scratch (zero past the rows' groups),
@@ -427,67 +445,11 @@ LANE_DOTS: dict = {
     "Q2_K": _lanes_q2_k, "Q3_K": _lanes_q3_k, "Q4_K": _lanes_q4_k, "Q5_K": _lanes_q5_k, "Q6_K": _lanes_q6_k,
     "I4Z": _lanes_i4z,
 }  # fmt: skip
-if ROW_PAIRS:  # 8-lane tiles
+if ROW_LOOPS:  # 8-lane tiles
     LANE_DOTS |= {
-        "Q4_0": _rows_q4_0,
-        "Q4_1": _rows_q4_1,
-        "Q5_0": _rows_q5_0,
-        "Q5_1": _rows_q5_1,
-        "Q8_0": _rows_q8_0,
-    }
+        "Q4_0": _rows_q4_0, "Q4_1": _rows_q4_1, "Q5_0": _rows_q5_0, "Q5_1": _rows_q5_1, "Q8_0": _rows_q8_0,
+        "Q4_K": _rows_q4_k, "Q5_K": _rows_q5_k, "Q6_K": _rows_q6_k,
+    }  # fmt: skip
 FORMATS: frozenset[str] = frozenset(LANE_DOTS) if AVAILABLE else frozenset()
 
 int8_lane_dot = dispatch_by_format(LANE_DOTS, "int8_lane_dot")
-
-
-@njit(cache=True, nogil=True)
-def _span(tag, blocks, xq, dx, xsum, out, start, stop):
-    acc = np.zeros((ROWS, LANES), dtype=np.float32)  # (ROWS, LANES) each row's accumulator
-    mins = np.zeros((ROWS, xsum.shape[1]), dtype=np.float32)  # (ROWS, G) offsets; padding groups stay 0
-    for r in range(start, stop, ROWS):
-        int8_lane_dot(tag, blocks[r : min(stop, r + ROWS)], xq, dx, xsum, acc, mins, out, r)
-
-
-@njit(parallel=True, cache=True, nogil=True)
-def _launch(span, tag, x, blocks, out, rows_per_task):
-    """The parallel matvec (span: _span's address for the format, tag the neutral one)."""
-    t, k = x.shape
-    xq, dx, xsum = quantize_padded(x, t, (k + 63) // 64 * 64)  # the GEMM's own rounding of x
-    n = blocks.shape[0]
-    for task in prange((n + rows_per_task - 1) // rows_per_task):
-        start, stop = task * rows_per_task, min(n, (task + 1) * rows_per_task)
-        call_address(span, (tag, blocks, xq, dx, xsum, out, start, stop))
-
-
-# _span(tag, blocks, xq (Tp, Kp) int8, dx (Tp, Kp/32) f32, xsum (Tp, G) f32, out, start, stop)
-_SPAN_TASK = int8_task(_span, np.float32, 2)
-
-
-class LaneMatmul:
-    """One packed weight's matmul on the lane dots with all but x decided once: a decode step's packed matmul
-    spent ~12 us in Python choosing its kernel, tag and task address, per weight and step (SmolLM2: 121 a
-    token; 7% of its decode on a Zen 1 class EPYC). `self(x)` for x (T, K) C-contiguous float32, T < max_tokens
-    (where the int8 GEMM takes over); the same output as matmul_int8_lanes."""
-
-    __slots__ = ("span", "blocks", "n", "max_tokens")
-
-    def __init__(self, blocks: np.ndarray, tag: np.ndarray, n: int, max_tokens: int):
-        if not AVAILABLE:
-            raise RuntimeError("the int8 lane dots need an x86 CPU with VNNI or AVX2, as the int8 GEMM")
-        self.span = _SPAN_TASK.address(tag, blocks, np.empty((1, n), dtype=np.float32))
-        self.blocks, self.n, self.max_tokens = blocks, n, max_tokens
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        out = np.empty((x.shape[0], self.n), dtype=np.float32)  # (T, N)
-        _launch(self.span, NEUTRAL_TAG, x, self.blocks, out, rows_per_task(self.n))
-        return out
-
-
-def matmul_int8_lanes(
-    x: np.ndarray, blocks: np.ndarray, tag: np.ndarray, out: np.ndarray, rows_per_task: int
-):
-    """out (T, N) = int8-rounded x (T, K) float32 @ dequantized(blocks (N, row_bytes)).T, each cell equal to
-    the int8 GEMM's (cpu_int8_gemm.matmul_int8_gemm) bit for bit."""
-    if not AVAILABLE:
-        raise RuntimeError("the int8 lane dots need an x86 CPU with VNNI or AVX2, as the int8 GEMM")
-    _launch(_SPAN_TASK.address(tag, blocks, out), NEUTRAL_TAG, x, blocks, out, rows_per_task)

@@ -29,7 +29,7 @@ from blazr.quant.cpu_int8_dots import INT8_DOTS, matmul_int8
 from blazr.quant.cpu_int8_gemm import FORMATS as GEMM_FORMATS
 from blazr.quant.cpu_int8_gemm import matmul_int8_gemm
 from blazr.quant.cpu_int8_lanes import FORMATS as LANE_FORMATS
-from blazr.quant.cpu_int8_lanes import LaneMatmul, matmul_int8_lanes
+from blazr.quant.cpu_lane_matmul import LaneMatmul, matmul_int8_lanes
 from blazr.quant.cpu_simd import prefetch
 
 FORMATS: tuple[str, ...] = tuple(DECODERS)
@@ -200,7 +200,7 @@ def matmul(x: np.ndarray, w: QuantWeight | QuantRowStack, int8: bool = True, bla
 
 
 def lane_matmul(w: QuantWeight) -> LaneMatmul | None:
-    """w's matmul for int8 activations at few tokens with its kernel decided once (cpu_int8_lanes.LaneMatmul),
+    """w's matmul for int8 activations at few tokens with its kernel decided once (cpu_lane_matmul.LaneMatmul),
     where the lane dots take w's format; else None."""
     fmt = w.format
     if w.perm is not None or fmt not in INT8_FORMATS or fmt not in GEMM_FORMATS or fmt not in LANE_FORMATS:

@@ -1,4 +1,4 @@
-"""Whole-row lane dots for the 32-value block formats, each row's accumulator in registers
+"""Whole-row lane dots for the 32-value block formats and the K-quants, each row's accumulator in registers
 (blazr.quant.cpu_int8_lanes).
 
 Why: cpu_lane_simd's intrinsics take one block (or block pair) of one row a call, adding into the row's
@@ -9,9 +9,15 @@ conversion. The float arithmetic is cpu_lane_simd's (the int8 GEMM tile's) step 
 bit-identical to the tile's (tests/test_quant_int8_lanes.py). Q4_1, one thread, Zen 1 class EPYC: 6.0-7.2 ->
 3.7-4.0 ns a block and row (llama.cpp's AVX2 vec_dot on the same machine: 3.2-3.4).
 
-`pairs(rows (R, row_bytes) uint8, x (Kp,) int8, dx (Kp/32,) float32, acc (>= R, LANES) float32,
-mins (>= R, G) float32, npairs)` sets acc[i] to row i's lanes over its first 2 * npairs blocks (the caller adds an
-odd last block and finishes, as before) and writes mins[i, :4 npairs] for formats with offsets.
+A loop's unit is a block pair for the 32-value formats and a 256-value super-block for the K-quants, whose
+scales (six-bit pairs or int8) are unpacked for all 8 groups at once as vectors: the memory-lane K-quant kernels
+unpacked them one group at a time in scalar code and took 1.7-1.9x llama.cpp's time for Qwen2.5-Coder's
+Q4_K / Q6_K down projections (a third of the gap in its decode step).
+
+`loop(rows (R, row_bytes) uint8, x (Kp,) int8, dx (Kp/32,) float32, acc (>= R, LANES) float32,
+mins (>= R, G) float32, units)` sets acc[i] to row i's lanes over its first `units` units (for block pairs the
+caller adds an odd last block; then it finishes, as before) and writes row i's mins over them for formats with
+offsets (4 a block pair, 16 a super-block).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from blazr.quant.cpu_lane_simd import LANES, _lane_dots
-from blazr.quant.cpu_simd import _load, _nibbles, _splat, _vec, four_halves, prefetch_line
+from blazr.quant.cpu_simd import _load, _nibbles, _splat, _vec, four_halves, half_to_float, prefetch_line
 
 _F32, _I32, _I64, _I8 = ir.FloatType(), ir.IntType(32), ir.IntType(64), ir.IntType(8)
 # rows a pass takes side by side, as independent accumulator chains (Q4_1 at 1, 2, 4: 5.2, 4.7, 4.0 ns a block;
@@ -49,6 +55,25 @@ FORMATS = {
     "Q5_0": BlockFormat(22, 6, 2, "16d", group=3),
     "Q5_1": BlockFormat(24, 8, 4, "-m", group=3),
     "Q8_0": BlockFormat(34, 2, None, "", signed=True),
+}
+
+
+class SuperFormat(NamedTuple):
+    """A 256-value K-quant super-block: 8 groups of 32 values, each its own scale (cpu_unpack's layout)."""
+
+    block_bytes: int
+    kind: str  # "q45_k" (Q4_K / Q5_K: d, dmin, six-bit scale and min pairs) or "q6_k" (int8 scales per 16)
+    five: bool = False  # Q5_K's fifth bits
+    # one row a pass: a super-block's 8 groups are a long body, and 2-4 rows side by side spilled registers
+    # (one thread, Zen 1 class EPYC, Qwen2.5-Coder's down projections: Q4_K 411 / 435 / 449 / 427 us at 1 / 2 /
+    # 3 / 4 rows, Q6_K 460 / 480 / 568 / 499, the loops alone, alternating in one process)
+    group: int = 1
+
+
+K_FORMATS = {
+    "Q4_K": SuperFormat(144, "q45_k"),
+    "Q5_K": SuperFormat(176, "q45_k", five=True),
+    "Q6_K": SuperFormat(210, "q6_k"),
 }
 
 
@@ -95,28 +120,121 @@ def _pair_step(builder, fmt: BlockFormat, block0, xlo, xhi, dx0, dx1, mins_at, l
     return lanes
 
 
-def _rows_pass(builder, fmt: BlockFormat, rows_at, ahead, x, dx, acc_at, mins_at, npairs, count: int):
-    """The pair loop over `count` rows side by side: rows_at(i), acc_at(i), mins_at(i) give row i's pointers;
-    each pair's bytes `ahead` bytes on (the next pass's rows: a matrix's rows are consecutive) are prefetched, as
+def _broadcast(builder, vec, lanes: list[int]):
+    return builder.shuffle_vector(vec, vec, ir.Constant(_vec(_I32, len(lanes)), lanes))
+
+
+def _at(builder, ptr, offset: int):
+    return builder.gep(ptr, [ir.Constant(_I64, offset)])
+
+
+def _q45_k_scales(builder, block):
+    """(sc, m) <8 x i32>: the six-bit scale and min of each group of a Q4_K / Q5_K super-block (12 bytes at 4;
+    cpu_int8_dots._k_scale_min for all 8 groups: groups 4..7 take their top two bits from the bytes of 0..3)."""
+    s = builder.zext(_load(builder, _at(builder, block, 4), 16), _vec(_I32, 16))  # 4 bytes past: its values
+    low = [True] * 4 + [False] * 4
+    is_low = ir.Constant(_vec(ir.IntType(1), 8), low)
+
+    def pick(lanes):
+        return _broadcast(builder, s, lanes)
+
+    def splat(v):
+        return ir.Constant(_vec(_I32, 8), [v] * 8)
+
+    sc_bytes, m_bytes = pick([0, 1, 2, 3, 8, 9, 10, 11]), pick([4, 5, 6, 7, 8, 9, 10, 11])
+    sc_top, m_top = pick([0, 1, 2, 3, 0, 1, 2, 3]), pick([0, 1, 2, 3, 4, 5, 6, 7])
+    top = lambda v: builder.shl(builder.lshr(v, splat(6)), splat(4))  # noqa: E731
+    sc_high = builder.or_(builder.and_(sc_bytes, splat(15)), top(sc_top))
+    m_high = builder.or_(builder.lshr(m_bytes, splat(4)), top(m_top))
+    sc = builder.select(is_low, builder.and_(sc_bytes, splat(63)), sc_high)
+    m = builder.select(is_low, builder.and_(m_bytes, splat(63)), m_high)
+    return sc, m
+
+
+def _k_group_dot(builder, values, x, j: int, wsdx, lanes):
+    """Group j's lane dots with x[32 j:] into `lanes` with wsdx (<8 x float>, the tile's ws * dx per lane)."""
+    dots = builder.sitofp(_lane_dots(builder, values, _load(builder, _at(builder, x, 32 * j), 32), False),
+                          _vec(_F32, 8))  # fmt: skip
+    return builder.fadd(lanes, builder.fmul(dots, wsdx, flags=["contract"]), flags=["contract"])
+
+
+def _super_step(builder, fmt: SuperFormat, block, x, dx, mins_at, lanes):
+    """One super-block of one row (x: its 256 int8 values, dx: their 8 scales): the 8 groups' products added
+    to `lanes` in order, as cpu_int8_lanes' memory-lane K-quant kernels (ws = d sc, then ws dx per lane, then
+    one fused multiply-add), and its 16 mins (one per 16 values) stored at mins_at; returns the lanes."""
+    f8, f16 = _vec(_F32, 8), _vec(_F32, 16)
+    dxv = builder.load(builder.bitcast(dx, f8.as_pointer()), align=4)  # (8,) the groups' x scales
+    if fmt.kind == "q6_k":  # ql[128], qh[64], int8 scales[16] (one per 16 values), d
+        d = half_to_float(builder, _at(builder, block, 208))
+        ws = builder.fmul(_splat_float(builder, d, 16),
+                          builder.sitofp(_load(builder, _at(builder, block, 192), 16), f16))  # fmt: skip
+        mins = builder.fmul(_splat_float(builder, ir.Constant(_F32, 32.0), 16), ws)  # the format's + 32
+        builder.store(mins, builder.bitcast(mins_at, f16.as_pointer()), align=4)
+        wsdx = builder.fmul(ws, _broadcast(builder, dxv, [i // 2 for i in range(16)]))  # (16,) per 16 values
+        for h in range(2):
+            qh = _load(builder, _at(builder, block, 128 + 32 * h), 32)
+            for q in range(4):
+                ql = _load(builder, _at(builder, block, 64 * h + 32 * (q & 1)), 32)
+                low = builder.and_(
+                    builder.lshr(ql, _splat(builder, 4 * (q >> 1), 32)), _splat(builder, 15, 32)
+                )
+                high = builder.and_(builder.lshr(qh, _splat(builder, 2 * q, 32)), _splat(builder, 3, 32))
+                values = builder.or_(low, builder.shl(high, _splat(builder, 4, 32)))
+                j = 4 * h + q
+                lanes = _k_group_dot(builder, values, x, j, _broadcast(builder, wsdx, [2 * j] * 4 + [2 * j + 1] * 4),
+                                     lanes)  # fmt: skip
+        return lanes
+    # Q4_K / Q5_K: d, dmin, scales[12], (qh[32],) qs[128]
+    two = four_halves(builder, block, block)  # d, dmin, d, dmin
+    d, dmin = (builder.extract_element(two, ir.Constant(_I32, i)) for i in (0, 1))
+    sc, m = _q45_k_scales(builder, block)
+    ws = builder.fmul(_splat_float(builder, d, 8), builder.sitofp(sc, f8))
+    mins = builder.fmul(_splat_float(builder, dmin, 8), builder.sitofp(m, f8))
+    builder.store(_broadcast(builder, mins, [i // 2 for i in range(16)]), builder.bitcast(mins_at, f16.as_pointer()),
+                  align=4)  # fmt: skip
+    wsdx = builder.fmul(ws, dxv)
+    qh = _load(builder, _at(builder, block, 16), 32) if fmt.five else None
+    one, four = _splat(builder, 1, 32), _splat(builder, 4, 32)
+    for c in range(4):
+        packed = _load(builder, _at(builder, block, (48 if fmt.five else 16) + 32 * c), 32)
+        lo, hi = builder.and_(packed, _splat(builder, 15, 32)), builder.lshr(packed, four)
+        if fmt.five:  # bit 2c (low group) and 2c + 1 (high group) of qh[lane] is bit 4 of the value
+            bits = builder.lshr(qh, _splat(builder, 2 * c, 32))
+            lo = builder.or_(lo, builder.shl(builder.and_(bits, one), four))
+            hi = builder.or_(hi, builder.shl(builder.and_(builder.lshr(bits, one), one), four))
+        for j, values in ((2 * c, lo), (2 * c + 1, hi)):
+            lanes = _k_group_dot(builder, values, x, j, _broadcast(builder, wsdx, [j] * 8), lanes)
+    return lanes
+
+
+def _rows_pass(builder, fmt, rows_at, ahead, x, dx, acc_at, mins_at, units, count: int):
+    """The unit loop over `count` rows side by side: rows_at(i), acc_at(i), mins_at(i) give row i's pointers;
+    each unit's bytes `ahead` bytes on (the next pass's rows: a matrix's rows are consecutive) are prefetched, as
     the memory-lane kernels did (SmolLM2's Q8_0 LM head, streamed from memory, took 1.55x the time without)."""
     cells = [cgutils.alloca_once_value(builder, ir.Constant(_vec(_F32, 8), None)) for _ in range(count)]
-    with cgutils.for_range(builder, npairs) as loop:
+    pair = isinstance(fmt, BlockFormat)
+    unit_bytes, unit_values = (2 * fmt.block_bytes, 64) if pair else (fmt.block_bytes, 256)
+    with cgutils.for_range(builder, units) as loop:
         p = loop.index
-        xo = builder.mul(p, ir.Constant(_I64, 64))
-        xlo = _load(builder, builder.gep(x, [xo]), 32)
-        xhi = _load(builder, builder.gep(x, [builder.add(xo, ir.Constant(_I64, 32))]), 32)
-        b0 = builder.mul(p, ir.Constant(_I64, 2))
-        dx0 = builder.load(builder.gep(dx, [b0]))
-        dx1 = builder.load(builder.gep(dx, [builder.add(b0, ir.Constant(_I64, 1))]))
-        wo = builder.mul(p, ir.Constant(_I64, 2 * fmt.block_bytes))
+        xo = builder.mul(p, ir.Constant(_I64, unit_values))
+        b0 = builder.mul(p, ir.Constant(_I64, unit_values // 32))
+        if pair:  # the pair's x and scales, loaded once for all the rows
+            xlo = _load(builder, builder.gep(x, [xo]), 32)
+            xhi = _load(builder, builder.gep(x, [builder.add(xo, ir.Constant(_I64, 32))]), 32)
+            dx0 = builder.load(builder.gep(dx, [b0]))
+            dx1 = builder.load(builder.gep(dx, [builder.add(b0, ir.Constant(_I64, 1))]))
+        wo = builder.mul(p, ir.Constant(_I64, unit_bytes))
         for r, cell in enumerate(cells):
             block0 = builder.gep(rows_at(r), [wo])
-            for line in range(0, 2 * fmt.block_bytes, 64):
+            for line in range(0, unit_bytes, 64):
                 prefetch_line(builder, builder.gep(block0, [builder.add(ahead, ir.Constant(_I64, line))]))
-            groups = builder.gep(mins_at(r), [builder.mul(p, ir.Constant(_I64, 4))])
-            builder.store(
-                _pair_step(builder, fmt, block0, xlo, xhi, dx0, dx1, groups, builder.load(cell)), cell
-            )
+            groups = builder.gep(mins_at(r), [builder.mul(p, ir.Constant(_I64, unit_values // 16))])
+            if pair:
+                lanes = _pair_step(builder, fmt, block0, xlo, xhi, dx0, dx1, groups, builder.load(cell))
+            else:
+                lanes = _super_step(builder, fmt, block0, builder.gep(x, [xo]), builder.gep(dx, [b0]), groups,
+                                    builder.load(cell))  # fmt: skip
+            builder.store(lanes, cell)
     for r, cell in enumerate(cells):  # the lanes to the accumulator rows, where the caller goes on
         builder.store(builder.load(cell), builder.bitcast(acc_at(r), _vec(_F32, 8).as_pointer()), align=4)
 
@@ -138,9 +256,9 @@ def _check(rows, x, dx, acc, mins):
                         f"acc and mins: {rows}, {x}, {dx}, {acc}, {mins}")  # fmt: skip
 
 
-def _make_pairs(fmt: BlockFormat):
+def _make_loop(fmt):
     @intrinsic
-    def pairs(typingctx, rows, x, dx, acc, mins, npairs):
+    def row_loop(typingctx, rows, x, dx, acc, mins, units):
         _check(rows, x, dx, acc, mins)
 
         def codegen(context, builder, sig, args):
@@ -174,10 +292,10 @@ def _make_pairs(fmt: BlockFormat):
                 pass_from(builder.add(done, loop.index), 1)
             return context.get_dummy_value()
 
-        return types.none(rows, x, dx, acc, mins, npairs), codegen
+        return types.none(rows, x, dx, acc, mins, units), codegen
 
-    return pairs
+    return row_loop
 
 
-# 8-lane tiles only (AVX2 without AVX-512): the ones measured; 16-lane tiles keep cpu_lane_simd's pair steps
-ROW_PAIRS = {name: _make_pairs(fmt) for name, fmt in FORMATS.items()} if LANES == 8 else {}
+# 8-lane tiles only (AVX2 without AVX-512): the ones measured; 16-lane tiles keep cpu_lane_simd's steps
+ROW_LOOPS = {name: _make_loop(fmt) for name, fmt in (FORMATS | K_FORMATS).items()} if LANES == 8 else {}

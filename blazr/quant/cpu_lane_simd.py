@@ -285,41 +285,78 @@ def fma_q5_k(typingctx, w, wo, qho, c, x, xo, acc, ws_lo, dx_lo, ws_hi, dx_hi):
     return types.none(w, wo, qho, c, x, xo, acc, ws_lo, dx_lo, ws_hi, dx_hi), codegen
 
 
+# rows whose offset loops lane_finish_rows interleaves: each row's loop is one chain of dependent multiply-adds
+# (a 4864-long row, Qwen2.5-Coder's down projection: 38 steps), and rows side by side overlap the chains
+FINISH_ROWS = 8
+
+
 @intrinsic
-def lane_finish(typingctx, acc, mins, xsum, steps):
-    """The cell's value from its accumulator: acc[l] -= mins[s LANES + l] * xsum[s LANES + l] for s < steps
-    (the tile's offset loop, its flags too; steps = 0 for formats without offsets), then
-    (((0 + acc[0]) + acc[1]) + ...) over the LANES lanes, the tile's ordered reduction. Works on 8-lane halves,
-    as the blocks stored them: one wider load of narrower stores waits for them to reach the cache (no store
-    forwarding), which cost a quarter of a small matrix's decode time."""
-    _check_floats(acc, mins, xsum)
+def lane_finish_rows(typingctx, acc, mins, xsum, steps, out):
+    """out[i] = row i's cell from its accumulator, for each i < len(out) (acc (>= R, LANES), mins (>= R, G) C
+    float32; xsum (G,), out (R,) float32): acc[i, l] -= mins[i, s LANES + l] * xsum[s LANES + l] for s < steps
+    (the tile's offset loop, its flags too; steps = 0 for formats without offsets), then (((0 + acc[i, 0]) +
+    acc[i, 1]) + ...) over the LANES lanes, the tile's ordered reduction; FINISH_ROWS rows' loops side by side.
+    Works on 8-lane halves, as the blocks stored them: one wider load of narrower stores waits for them to reach
+    the cache (no store forwarding), which cost a quarter of a small matrix's decode time."""
+    ok = (
+        all(isinstance(a, types.Array) and a.ndim == 2 and a.dtype == types.float32 and a.layout == "C" for a in (acc, mins))
+        and all(isinstance(a, types.Array) and a.ndim == 1 and a.dtype == types.float32 for a in (xsum, out))
+    )  # fmt: skip
+    if not ok:
+        raise TypeError(f"lane_finish_rows takes C float32 (rows, n) acc and mins, 1-D float32 xsum and out: "
+                        f"{acc}, {mins}, {xsum}, {out}")  # fmt: skip
 
     def codegen(context, builder, sig, args):
         fvec = _vec(_F32, 8)
-        acc_, mins_, xsum_ = (
-            builder.bitcast(_float_ptr(context, builder, sig.args[i], args[i], types.intp, ir.Constant(_I64, 0)),
-                            fvec.as_pointer())
-            for i in range(3)
-        )  # fmt: skip
-        halves = LANES // 8
-        cells = [cgutils.alloca_once_value(builder, builder.load(builder.gep(acc_, [ir.Constant(_I64, h)]), align=4))
-                 for h in range(halves)]  # fmt: skip
+        acc_a, mins_a, xsum_a, out_a = (
+            context.make_array(sig.args[i])(context, builder, args[i]) for i in (0, 1, 2, 4)
+        )
+        strides = [builder.extract_value(a.strides, 0) for a in (acc_a, mins_a)]
+        out_stride = builder.extract_value(out_a.strides, 0)
+        xsum_ = builder.bitcast(xsum_a.data, fvec.as_pointer())
         nsteps = context.cast(builder, args[3], sig.args[3], types.intp)
-        with cgutils.for_range(builder, nsteps) as loop:
-            for h, cell in enumerate(cells):
-                at = builder.add(builder.mul(loop.index, ir.Constant(_I64, halves)), ir.Constant(_I64, h))
-                m = builder.load(builder.gep(mins_, [at]), align=4)
-                x = builder.load(builder.gep(xsum_, [at]), align=4)
-                offset = builder.fmul(m, x, flags=["contract"])
-                builder.store(builder.fsub(builder.load(cell), offset, flags=["contract"]), cell)
+        nrows = builder.extract_value(out_a.shape, 0)
+        halves = LANES // 8
         fnty = ir.FunctionType(_F32, [_F32, fvec])
         reduce_fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.vector.reduce.fadd.v8f32")
-        total = ir.Constant(_F32, 0.0)
-        for cell in cells:  # an ordered reduction of the low half continued over the high one
-            total = builder.call(reduce_fn, [total, builder.load(cell)])
-        return total
 
-    return types.float32(acc, mins, xsum, steps), codegen
+        def row_ptr(a, stride, row):
+            at = builder.gep(builder.bitcast(a.data, _I8.as_pointer()), [builder.mul(row, stride)])
+            return builder.bitcast(at, fvec.as_pointer())
+
+        def finish_from(first, count):
+            rows = [builder.add(first, ir.Constant(_I64, r)) for r in range(count)]
+            accs = [row_ptr(acc_a, strides[0], row) for row in rows]
+            mins_ = [row_ptr(mins_a, strides[1], row) for row in rows]
+            cells = [[cgutils.alloca_once_value(builder, builder.load(builder.gep(a, [ir.Constant(_I64, h)]), align=4))
+                      for h in range(halves)] for a in accs]  # fmt: skip
+            with cgutils.for_range(builder, nsteps) as loop:
+                for m, row_cells in zip(mins_, cells, strict=True):
+                    for h, cell in enumerate(row_cells):
+                        at = builder.add(
+                            builder.mul(loop.index, ir.Constant(_I64, halves)), ir.Constant(_I64, h)
+                        )
+                        offset = builder.fmul(builder.load(builder.gep(m, [at]), align=4),
+                                              builder.load(builder.gep(xsum_, [at]), align=4), flags=["contract"])  # fmt: skip
+                        builder.store(builder.fsub(builder.load(cell), offset, flags=["contract"]), cell)
+            for row, row_cells in zip(rows, cells, strict=True):
+                total = ir.Constant(_F32, 0.0)
+                for cell in row_cells:  # an ordered reduction of the low half continued over the high one
+                    total = builder.call(reduce_fn, [total, builder.load(cell)])
+                at = builder.gep(
+                    builder.bitcast(out_a.data, _I8.as_pointer()), [builder.mul(row, out_stride)]
+                )
+                builder.store(total, builder.bitcast(at, _F32.as_pointer()))
+
+        passes = builder.udiv(nrows, ir.Constant(_I64, FINISH_ROWS))
+        with cgutils.for_range(builder, passes) as loop:
+            finish_from(builder.mul(loop.index, ir.Constant(_I64, FINISH_ROWS)), FINISH_ROWS)
+        done = builder.mul(passes, ir.Constant(_I64, FINISH_ROWS))
+        with cgutils.for_range(builder, builder.sub(nrows, done)) as loop:
+            finish_from(builder.add(done, loop.index), 1)
+        return context.get_dummy_value()
+
+    return types.none(acc, mins, xsum, steps, out), codegen
 
 
 @intrinsic

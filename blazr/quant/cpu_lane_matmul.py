@@ -1,0 +1,70 @@
+"""The parallel decode matvec on the lane dots (blazr.quant.cpu_int8_lanes): x rounded to int8 as the GEMM
+rounds it, the rows split into tasks on numba's pool, each task's rows ROWS at a time through the format's
+kernel. `matmul_int8_lanes` for any call; `LaneMatmul` for a weight's decode matmul with all but x decided once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
+from blazr.numba_address import call_address
+from blazr.numba_threads import rows_per_task
+from blazr.quant.cpu_blocks import NEUTRAL_TAG
+from blazr.quant.cpu_int8_dots import int8_task
+from blazr.quant.cpu_int8_gemm import quantize_padded
+from blazr.quant.cpu_int8_lanes import AVAILABLE, LANES, ROWS, int8_lane_dot
+
+
+@njit(cache=True, nogil=True)
+def _span(tag, blocks, xq, dx, xsum, out, start, stop):
+    acc = np.zeros((ROWS, LANES), dtype=np.float32)  # (ROWS, LANES) each row's accumulator
+    mins = np.zeros((ROWS, xsum.shape[1]), dtype=np.float32)  # (ROWS, G) offsets; padding groups stay 0
+    for r in range(start, stop, ROWS):
+        int8_lane_dot(tag, blocks[r : min(stop, r + ROWS)], xq, dx, xsum, acc, mins, out, r)
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _launch(span, tag, x, blocks, out, rows_per_task):
+    """The parallel matvec (span: _span's address for the format, tag the neutral one)."""
+    t, k = x.shape
+    xq, dx, xsum = quantize_padded(x, t, (k + 63) // 64 * 64)  # the GEMM's own rounding of x
+    n = blocks.shape[0]
+    for task in prange((n + rows_per_task - 1) // rows_per_task):
+        start, stop = task * rows_per_task, min(n, (task + 1) * rows_per_task)
+        call_address(span, (tag, blocks, xq, dx, xsum, out, start, stop))
+
+
+# _span(tag, blocks, xq (Tp, Kp) int8, dx (Tp, Kp/32) f32, xsum (Tp, G) f32, out, start, stop)
+_SPAN_TASK = int8_task(_span, np.float32, 2)
+
+
+class LaneMatmul:
+    """One packed weight's matmul on the lane dots with all but x decided once: a decode step's packed matmul
+    spent ~12 us in Python choosing its kernel, tag and task address, per weight and step (SmolLM2: 121 a
+    token; 7% of its decode on a Zen 1 class EPYC). `self(x)` for x (T, K) C-contiguous float32, T < max_tokens
+    (where the int8 GEMM takes over); the same output as matmul_int8_lanes."""
+
+    __slots__ = ("span", "blocks", "n", "max_tokens")
+
+    def __init__(self, blocks: np.ndarray, tag: np.ndarray, n: int, max_tokens: int):
+        if not AVAILABLE:
+            raise RuntimeError("the int8 lane dots need an x86 CPU with VNNI or AVX2, as the int8 GEMM")
+        self.span = _SPAN_TASK.address(tag, blocks, np.empty((1, n), dtype=np.float32))
+        self.blocks, self.n, self.max_tokens = blocks, n, max_tokens
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        out = np.empty((x.shape[0], self.n), dtype=np.float32)  # (T, N)
+        _launch(self.span, NEUTRAL_TAG, x, self.blocks, out, rows_per_task(self.n))
+        return out
+
+
+def matmul_int8_lanes(
+    x: np.ndarray, blocks: np.ndarray, tag: np.ndarray, out: np.ndarray, rows_per_task: int
+):
+    """out (T, N) = int8-rounded x (T, K) float32 @ dequantized(blocks (N, row_bytes)).T, each cell equal to
+    the int8 GEMM's (cpu_int8_gemm.matmul_int8_gemm) bit for bit."""
+    if not AVAILABLE:
+        raise RuntimeError("the int8 lane dots need an x86 CPU with VNNI or AVX2, as the int8 GEMM")
+    _launch(_SPAN_TASK.address(tag, blocks, out), NEUTRAL_TAG, x, blocks, out, rows_per_task)
