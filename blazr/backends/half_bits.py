@@ -16,37 +16,13 @@ blazr.backends.base.as_half_bits makes the uint16 views.
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
 from numba import types
-from numba.extending import intrinsic, overload
+from numba.extending import overload
 
 from blazr.backends.base import HALF_MAX
+from blazr.numba_bits import bits_from_float32, float32_from_bits
 
 _TWO_POW_112 = np.float32(2.0**112)  # float16's exponent bias (15) to float32's (127)
-
-
-@intrinsic
-def _float32_from_bits(typingctx, bits):
-    """The float32 whose IEEE 754 bits are `bits` (uint32): a bit cast, no conversion."""
-    if bits != types.uint32:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.FloatType())
-
-    return types.float32(types.uint32), codegen
-
-
-@intrinsic
-def _bits_from_float32(typingctx, x):
-    """The IEEE 754 bits (uint32) of float32 `x`: a bit cast, no conversion."""
-    if x != types.float32:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(32))
-
-    return types.uint32(types.float32), codegen
 
 
 def widen(x):
@@ -67,7 +43,7 @@ def _widen(x):
             bits = np.uint32(
                 ((h & np.uint32(0x8000)) << np.uint32(16)) | ((h & np.uint32(0x7FFF)) << np.uint32(13))
             )
-            return _float32_from_bits(bits) * _TWO_POW_112
+            return float32_from_bits(bits) * _TWO_POW_112
 
         return half
     return None
@@ -92,7 +68,7 @@ def _narrow(x):
             x = _HALF_MAX
         elif x < -_HALF_MAX:
             x = -_HALF_MAX
-        f = _bits_from_float32(x)
+        f = bits_from_float32(x)
         sign = (f >> np.uint32(16)) & np.uint32(0x8000)
         exp = f & np.uint32(0x7F800000)
         if exp == np.uint32(0x7F800000):  # NaN (inf was clipped): the top 10 payload bits, kept a NaN

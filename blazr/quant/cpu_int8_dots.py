@@ -19,6 +19,7 @@ from numba import njit, prange, types
 
 from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
 from blazr.numba_address import TaskByAddress, c_array, call_address
+from blazr.numba_bits import bits_from_float32, float32_from_bits
 from blazr.quant.cpu_blocks import NEUTRAL_TAG, dispatch_by_format
 from blazr.quant.cpu_simd import (
     dot_i8_biased,
@@ -41,30 +42,40 @@ PREFETCH_BYTES = 8192
 # ---- activations ---------------------------------------------------------------------------------------
 
 
+@njit(inline="always")
+def quantize_block(v, q, o):
+    """v[o:o + 32] (float32) -> q[o:o + 32] int8, rounded to the block's absmax (-127..127); returns (dx, s0, s1):
+    the scale amax / 127 and the sums of the two 16-value halves of q. A block holding a NaN or inf gets
+    dx = NaN and q = 0, so the products it enters come out NaN as in the f32 path."""
+    # the absmax as the largest magnitude's bits (integer order is float order for magnitudes, and NaN / inf
+    # sit above every finite one): an integer max vectorises where the float max and the NaN test took a
+    # scalar loop (quantize_padded at K = 4864 15 -> 8 us, Zen 1 class EPYC)
+    top = np.uint32(0)
+    for j in range(32):
+        top = max(top, np.uint32(bits_from_float32(v[o + j]) & np.uint32(0x7FFFFFFF)))
+    if top >= np.uint32(0x7F800000):
+        for j in range(32):
+            q[o + j] = 0
+        return np.float32(np.nan), np.int32(0), np.int32(0)
+    amax = float32_from_bits(top)
+    inv = np.float32(127.0) / amax if amax > 0 else np.float32(0.0)
+    s0 = s1 = np.int32(0)
+    for j in range(16):
+        q0 = np.int8(np.rint(v[o + j] * inv))
+        q1 = np.int8(np.rint(v[o + j + 16] * inv))
+        q[o + j], q[o + j + 16] = q0, q1
+        s0 += np.int32(q0)
+        s1 += np.int32(q1)
+    return amax / np.float32(127.0), s0, s1
+
+
 @njit(cache=True, nogil=True)
 def quantize_rows(x, xq, dx, xs):
-    """x (T, K) float32 -> xq (T, K) int8, dx (T, K/32) float32 scales, xs (T, K/16) int32 sums of xq.
-    A block holding a NaN or inf gets dx = NaN, so the products it enters come out NaN as in the f32 path."""
+    """x (T, K) float32 -> xq (T, K) int8, dx (T, K/32) float32 scales, xs (T, K/16) int32 sums of xq, block by
+    block (quantize_block)."""
     for t in range(x.shape[0]):
-        xb = x[t].reshape(x.shape[1] // 32, 32)  # (block, lane)
-        qb = xq[t].reshape(xb.shape)  # (block, lane)
-        for b in range(xb.shape[0]):
-            v = xb[b]  # (32,)
-            amax = np.float32(0.0)
-            poison = np.float32(0.0)  # x * 0 is NaN exactly when x is NaN or inf
-            for j in range(v.size):
-                amax = max(amax, abs(v[j]))
-                poison += v[j] * np.float32(0.0)
-            inv = np.float32(127.0) / amax if amax > 0 and poison == 0 else np.float32(0.0)
-            dx[t, b] = amax / np.float32(127.0) if poison == 0 else np.float32(np.nan)
-            s0 = s1 = np.int32(0)
-            for j in range(16):
-                q0 = np.int8(np.rint(v[j] * inv))
-                q1 = np.int8(np.rint(v[j + 16] * inv))
-                qb[b, j], qb[b, j + 16] = q0, q1
-                s0 += np.int32(q0)
-                s1 += np.int32(q1)
-            xs[t, 2 * b], xs[t, 2 * b + 1] = s0, s1
+        for b in range(x.shape[1] // 32):
+            dx[t, b], xs[t, 2 * b], xs[t, 2 * b + 1] = quantize_block(x[t], xq[t], 32 * b)
 
 
 @njit(inline="always")

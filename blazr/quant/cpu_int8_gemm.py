@@ -22,7 +22,6 @@ from numba import njit, prange
 
 from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
 from blazr.numba_address import call_address
-from blazr.numba_copy import copy1
 from blazr.quant.cpu_blocks import NEUTRAL_TAG, dispatch_by_format
 from blazr.quant.cpu_gemm_simd import (
     LANE_BYTES,
@@ -33,7 +32,7 @@ from blazr.quant.cpu_gemm_simd import (
     gemm_tile_signed,
     rows_per_task,
 )
-from blazr.quant.cpu_int8_dots import int8_task, quantize_rows
+from blazr.quant.cpu_int8_dots import int8_task, quantize_block
 from blazr.quant.cpu_unpack import SIGNED, UNPACKERS, unpack_row
 
 AVAILABLE = gemm_tile is not None
@@ -83,23 +82,19 @@ def _task(tag, blocks, xq, dx, xsum, out, start, stop, k):
 @njit(cache=True, nogil=True)
 def quantize_padded(x, tp, kp):
     """x (T, K) float32 -> xq (Tp, Kp) int8, dx (Tp, Kp/32) float32 and xsum (Tp, G) float32, the
-    dequantized sums of x per 16 values (G: K/16 up to a whole gemm_tile step); padding is 0. Serial and outside the parallel
-    function: numba's parfor pass rewrote the padded copies wrongly inside it."""
+    dequantized sums of x per 16 values (G: K/16 up to a whole gemm_tile step); padding is 0. Written straight
+    into the padded arrays (an unpadded copy, then padded ones, took 4 of its 7 us at K = 896). Serial and
+    outside the parallel function: numba's parfor pass rewrote padded copies wrongly inside it."""
     t, k = x.shape
-    xq = np.zeros((tp, k), dtype=np.int8)  # (Tp, K)
-    dx = np.zeros((tp, k // 32), dtype=np.float32)  # (Tp, K/32)
-    xs = np.zeros((tp, k // 16), dtype=np.int32)  # (Tp, K/16)
-    quantize_rows(x, xq[:t], dx[:t], xs[:t])
-    xq_padded = np.zeros((tp, kp), dtype=np.int8)  # (Tp, Kp)
-    dx_padded = np.zeros((tp, kp // 32), dtype=np.float32)  # (Tp, Kp/32)
+    xq = np.zeros((tp, kp), dtype=np.int8)  # (Tp, Kp)
+    dx = np.zeros((tp, kp // 32), dtype=np.float32)  # (Tp, Kp/32)
     groups = (kp // 16 + _GROUP_STEP - 1) // _GROUP_STEP * _GROUP_STEP
     xsum = np.zeros((tp, groups), dtype=np.float32)  # (Tp, G)
     for ti in range(t):
-        copy1(xq_padded[ti], xq[ti])  # xq_padded[ti, :k] = xq[ti] (blazr.numba_copy: why not a slice copy)
-        copy1(dx_padded[ti], dx[ti])
-        for g in range(k // 16):
-            xsum[ti, g] = dx[ti, g // 2] * np.float32(xs[ti, g])
-    return xq_padded, dx_padded, xsum
+        for b in range(k // 32):
+            d, s0, s1 = quantize_block(x[ti], xq[ti], 32 * b)
+            dx[ti, b], xsum[ti, 2 * b], xsum[ti, 2 * b + 1] = d, d * np.float32(s0), d * np.float32(s1)
+    return xq, dx, xsum
 
 
 @njit(parallel=True, cache=True, nogil=True)
