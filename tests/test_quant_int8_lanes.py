@@ -97,3 +97,22 @@ def test_the_cpu_backends_decode_matmul_keeps_its_output_and_follows_the_dtype(r
     assert be._lane_matmuls.get(w) is None
     np.testing.assert_array_equal(be.matmul(x, w), cpu_kernels.matmul(x, w, int8=False))
     assert not np.array_equal(be.matmul(x, w), want)  # float32 activations round otherwise
+
+
+@pytest.mark.parametrize("formats", [("Q5_0", "Q8_0"), ("Q4_K", "Q6_K", "Q4_K"), ("Q4_1", "Q5_1")])
+def test_a_stack_of_formats_in_one_launch_gives_each_parts_output(formats, rng):
+    """Backend.matmul on packed parts of several formats stacked by rows (a Q4_K_M file's fused q/k/v): after
+    the first call, one launch for every part (cpu_lane_matmul.StackedLaneMatmul), the same bits as each
+    part's own matmul side by side, for 1 to 7 tokens and ragged part sizes."""
+    from blazr.backends.cpu import Backend
+    from blazr.quant import stack_rows
+    from blazr.quant.cpu_lane_matmul import StackedLaneMatmul
+
+    be = Backend()
+    parts = [random_weight(fmt, n, 512, rng) for fmt, n in zip(formats, (37, 8, 21), strict=False)]
+    w = stack_rows(parts)
+    x = activations(rng, 7, 512)  # (7, K)
+    for t in (1, 3, 7, 1):
+        want = np.concatenate([cpu_kernels.matmul(x[:t], p) for p in parts], axis=1)  # (t, N)
+        np.testing.assert_array_equal(be.matmul(x[:t], w), want, err_msg=f"{formats}, {t} tokens")
+    assert isinstance(be._lane_matmuls.get(w), StackedLaneMatmul)

@@ -172,7 +172,8 @@ class Backend(ArrayAPIBackend):
         return all(cpu_kernels.path(most, p.format, True) == "int8-lanes" and p.perm is None for p in w.parts)
 
     def matmul(self, x: Array, w: Array) -> Array:
-        decode = self._lane_matmuls.get(w) if type(w) is QuantWeight else None  # set at w's first int8 call
+        # set at w's first int8 call (a stack's once its parts have theirs)
+        decode = self._lane_matmuls.get(w) if type(w) is QuantWeight or type(w) is QuantRowStack else None
         if (
             decode is not None
             and x.shape[0] < decode.max_tokens
@@ -181,7 +182,10 @@ class Backend(ArrayAPIBackend):
         ):
             return decode(x)  # (T, N) a decode step's packed matmul, its kernel chosen once
         if isinstance(w, QuantRowStack):
-            return np.concatenate([self.matmul(x, part) for part in w.parts], axis=1)  # (T, N)
+            out = np.concatenate([self.matmul(x, part) for part in w.parts], axis=1)  # (T, N)
+            if w not in self._lane_matmuls and all(self._lane_matmuls.get(p) for p in w.parts):
+                self._lane_matmuls[w] = self._quant_module(w.parts[0].format).stacked_lane_matmul(w)
+            return out
         if isinstance(w, QuantWeight):
             x = x if w.perm is None else x[:, w.perm]  # (T, K) in the packed column order (GPTQ act-order)
             module = self._quant_module(w.format)

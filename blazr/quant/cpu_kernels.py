@@ -29,7 +29,7 @@ from blazr.quant.cpu_int8_dots import INT8_DOTS, matmul_int8
 from blazr.quant.cpu_int8_gemm import FORMATS as GEMM_FORMATS
 from blazr.quant.cpu_int8_gemm import matmul_int8_gemm
 from blazr.quant.cpu_int8_lanes import FORMATS as LANE_FORMATS
-from blazr.quant.cpu_lane_matmul import LaneMatmul, matmul_int8_lanes
+from blazr.quant.cpu_lane_matmul import LaneMatmul, StackedLaneMatmul, matmul_int8_lanes
 from blazr.quant.cpu_simd import prefetch
 
 FORMATS: tuple[str, ...] = tuple(DECODERS)
@@ -199,13 +199,26 @@ def matmul(x: np.ndarray, w: QuantWeight | QuantRowStack, int8: bool = True, bla
     return out
 
 
+def _takes_lanes(w: QuantWeight) -> bool:
+    fmt = w.format
+    return w.perm is None and fmt in INT8_FORMATS and fmt in GEMM_FORMATS and fmt in LANE_FORMATS
+
+
 def lane_matmul(w: QuantWeight) -> LaneMatmul | None:
     """w's matmul for int8 activations at few tokens with its kernel decided once (cpu_lane_matmul.LaneMatmul),
     where the lane dots take w's format; else None."""
-    fmt = w.format
-    if w.perm is not None or fmt not in INT8_FORMATS or fmt not in GEMM_FORMATS or fmt not in LANE_FORMATS:
+    if not _takes_lanes(w):
         return None
-    return LaneMatmul(w.blocks, format_tag(fmt), w.shape[0], int8_gemm_min_tokens(fmt))
+    return LaneMatmul(w.blocks, format_tag(w.format), w.shape[0], int8_gemm_min_tokens(w.format))
+
+
+def stacked_lane_matmul(w: QuantRowStack) -> StackedLaneMatmul | None:
+    """lane_matmul for packed parts of several formats stacked by rows, in one launch
+    (cpu_lane_matmul.StackedLaneMatmul), where the lane dots take every part; else None."""
+    if not all(_takes_lanes(p) for p in w.parts):
+        return None
+    tokens = min(int8_gemm_min_tokens(p.format) for p in w.parts)
+    return StackedLaneMatmul([(p.blocks, format_tag(p.format)) for p in w.parts], tokens)
 
 
 def path(tokens: int, fmt: str, int8: bool, blas: bool = True) -> str:
