@@ -64,15 +64,16 @@ class SuperFormat(NamedTuple):
     block_bytes: int
     kind: str  # "q45_k" (Q4_K / Q5_K: d, dmin, six-bit scale and min pairs) or "q6_k" (int8 scales per 16)
     five: bool = False  # Q5_K's fifth bits
-    # one row a pass: a super-block's 8 groups are a long body, and 2-4 rows side by side spilled registers
-    # (one thread, Zen 1 class EPYC, Qwen2.5-Coder's down projections: Q4_K 411 / 435 / 449 / 427 us at 1 / 2 /
-    # 3 / 4 rows, Q6_K 460 / 480 / 568 / 499, the loops alone, alternating in one process)
+    # Q6_K one row a pass: a super-block's 8 groups are a long body, and 2-4 rows side by side spilled registers
+    # (one thread, Zen 1 class EPYC, Qwen2.5-Coder's down projections: Q6_K 460 / 480 / 568 / 499 us at 1 / 2 /
+    # 3 / 4 rows, the loops alone, alternating in one process); Q4_K four (its scales fit: below; Q5_K the same,
+    # unmeasured: no Q5_K file here)
     group: int = 1
 
 
 K_FORMATS = {
-    "Q4_K": SuperFormat(144, "q45_k"),
-    "Q5_K": SuperFormat(176, "q45_k", five=True),
+    "Q4_K": SuperFormat(144, "q45_k", group=4),
+    "Q5_K": SuperFormat(176, "q45_k", five=True, group=4),
     "Q6_K": SuperFormat(210, "q6_k"),
 }
 
@@ -130,24 +131,20 @@ def _at(builder, ptr, offset: int):
 
 def _q45_k_scales(builder, block):
     """(sc, m) <8 x i32>: the six-bit scale and min of each group of a Q4_K / Q5_K super-block (12 bytes at 4;
-    cpu_int8_dots._k_scale_min for all 8 groups: groups 4..7 take their top two bits from the bytes of 0..3)."""
-    s = builder.zext(_load(builder, _at(builder, block, 4), 16), _vec(_I32, 16))  # 4 bytes past: its values
-    low = [True] * 4 + [False] * 4
-    is_low = ir.Constant(_vec(ir.IntType(1), 8), low)
-
-    def pick(lanes):
-        return _broadcast(builder, s, lanes)
-
-    def splat(v):
-        return ir.Constant(_vec(_I32, 8), [v] * 8)
-
-    sc_bytes, m_bytes = pick([0, 1, 2, 3, 8, 9, 10, 11]), pick([4, 5, 6, 7, 8, 9, 10, 11])
-    sc_top, m_top = pick([0, 1, 2, 3, 0, 1, 2, 3]), pick([0, 1, 2, 3, 4, 5, 6, 7])
-    top = lambda v: builder.shl(builder.lshr(v, splat(6)), splat(4))  # noqa: E731
-    sc_high = builder.or_(builder.and_(sc_bytes, splat(15)), top(sc_top))
-    m_high = builder.or_(builder.lshr(m_bytes, splat(4)), top(m_top))
-    sc = builder.select(is_low, builder.and_(sc_bytes, splat(63)), sc_high)
-    m = builder.select(is_low, builder.and_(m_bytes, splat(63)), m_high)
+    cpu_int8_dots._k_scale_min for all 8 groups: groups 4..7 take their low four bits from bytes 8..11 and
+    their top two from the bytes of groups 0..3), unpacked as 16 bytes (128-bit operations) and widened last."""
+    s = _load(builder, _at(builder, block, 4), 16)  # 4 bytes past the scales: the block's values
+    a = _broadcast(builder, s, [0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11])
+    b = _broadcast(builder, s, [0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 7])
+    top = builder.shl(builder.lshr(b, _splat(builder, 6, 16)), _splat(builder, 4, 16))
+    m_lanes = ir.Constant(_vec(ir.IntType(1), 16), [False] * 12 + [True] * 4)
+    c = builder.select(
+        m_lanes, builder.lshr(a, _splat(builder, 4, 16)), builder.and_(a, _splat(builder, 15, 16))
+    )
+    low_lanes = ir.Constant(_vec(ir.IntType(1), 16), ([True] * 4 + [False] * 4) * 2)
+    both = builder.select(low_lanes, builder.and_(a, _splat(builder, 63, 16)), builder.or_(c, top))
+    sc = builder.zext(_broadcast(builder, both, list(range(8))), _vec(_I32, 8))
+    m = builder.zext(_broadcast(builder, both, list(range(8, 16))), _vec(_I32, 8))
     return sc, m
 
 
@@ -192,7 +189,12 @@ def _super_step(builder, fmt: SuperFormat, block, x, dx, mins_at, lanes):
     mins = builder.fmul(_splat_float(builder, dmin, 8), builder.sitofp(m, f8))
     builder.store(_broadcast(builder, mins, [i // 2 for i in range(16)]), builder.bitcast(mins_at, f16.as_pointer()),
                   align=4)  # fmt: skip
-    wsdx = builder.fmul(ws, dxv)
+    # ws dx through memory, each group's broadcast from there (a load, not a shuffle of registers: with the
+    # bytes-wide scales, four rows a pass fit the registers; Q4_K loop 430 -> 410 us for Qwen2.5-Coder's down
+    # projections, 77 -> 71 for Gemma 3's attention output, one thread, Zen 1 class EPYC)
+    cell = cgutils.alloca_once(builder, f8)
+    builder.store(builder.fmul(ws, dxv), cell, align=4)
+    wsdx_at = builder.bitcast(cell, _F32.as_pointer())
     qh = _load(builder, _at(builder, block, 16), 32) if fmt.five else None
     one, four = _splat(builder, 1, 32), _splat(builder, 4, 32)
     for c in range(4):
@@ -203,7 +205,8 @@ def _super_step(builder, fmt: SuperFormat, block, x, dx, mins_at, lanes):
             lo = builder.or_(lo, builder.shl(builder.and_(bits, one), four))
             hi = builder.or_(hi, builder.shl(builder.and_(builder.lshr(bits, one), one), four))
         for j, values in ((2 * c, lo), (2 * c + 1, hi)):
-            lanes = _k_group_dot(builder, values, x, j, _broadcast(builder, wsdx, [j] * 8), lanes)
+            w = _splat_float(builder, builder.load(builder.gep(wsdx_at, [ir.Constant(_I64, j)]), align=4), 8)
+            lanes = _k_group_dot(builder, values, x, j, w, lanes)
     return lanes
 
 
