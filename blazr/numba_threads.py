@@ -19,6 +19,8 @@ def num_threads() -> int:
 
 
 def rows_per_task(n: int) -> int:
-    """Rows a task of a parallel matvec over n rows takes: about 8 tasks per thread balances uneven cores
-    without paying much per task."""
+    """Rows a task of a parallel matvec over n rows takes: about 8 tasks per thread. numba's prange hands each
+    thread one equal run of the tasks (static), so this balances tasks of unequal cost (a row stack's parts of
+    different formats) but not slow cores; where every task is alike, one task a thread saves each task's fixed
+    cost (blazr.quant.cpu_lane_matmul._task_rows)."""
     return max(1, -(-n // (8 * num_threads())))

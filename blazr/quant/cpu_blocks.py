@@ -305,11 +305,14 @@ def dispatch_by_format(table: dict, name: str):
     """`fn(tag, *args)` that numba resolves, when it compiles a caller, to table[format of tag](*args): each
     format compiles only its own function (decode_row here, the direct and int8 dots elsewhere). The wrapper is
     inlined into the caller: as a call of its own, with every array argument passed through it, it cost 6% of a
-    Q5_0 decode matmul (a call per 8 rows; one thread, Zen 1 class EPYC). numba inlines only a wrapper with
-    named parameters (not *args), so the wrapper is written out for the table's arity."""
+    Q5_0 decode matmul when the lane dots dispatched once per 8 rows (one thread, Zen 1 class EPYC; they now
+    dispatch once a task, blazr.quant.cpu_lane_matmul). numba inlines only a wrapper with named parameters (not
+    *args), so the wrapper is written out for the table's arity."""
     arities = {_arity(fn) for fn in table.values()}
     if len(arities) != 1:
-        raise TypeError(f"{name}: every format's function must take the same arguments, got arities {arities}")
+        raise TypeError(
+            f"{name}: every format's function must take the same arguments, got arities {arities}"
+        )
     params = ", ".join(f"a{i}" for i in range(arities.pop()))
     namespace: dict = {"message": f"{name} runs only inside numba-compiled kernels", "table": table}
     namespace["tag_format"] = tag_format

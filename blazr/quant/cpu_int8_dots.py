@@ -49,7 +49,7 @@ def quantize_block(v, q, o):
     dx = NaN and q = 0, so the products it enters come out NaN as in the f32 path."""
     # the absmax as the largest magnitude's bits (integer order is float order for magnitudes, and NaN / inf
     # sit above every finite one): an integer max vectorises where the float max and the NaN test took a
-    # scalar loop (quantize_padded at K = 4864 15 -> 8 us, Zen 1 class EPYC)
+    # scalar loop (quantize_padded at K = 4864, called from Python: 15.3 -> 11.8 us, Zen 1 class EPYC)
     top = np.uint32(0)
     for j in range(32):
         top = max(top, np.uint32(bits_from_float32(v[o + j]) & np.uint32(0x7FFFFFFF)))

@@ -5,8 +5,8 @@ step's few tokens took row dots (cpu_int8_dots) that sum the same exact integer 
 A token then got other logits alone than inside a batch of 8 or more (continuous batching) or inside a whole
 prompt (a prefix-cache hit computes only the tail), and greedy text flipped at near-ties. These kernels read
 the packed rows as the row dots do (one pass, values unpacked in registers) but do the tile's float32
-arithmetic cell by cell (blazr.quant.cpu_lane_simd; with 8-lane tiles, the 32-value formats' block pairs by
-blazr.quant.cpu_lane_rows, accumulators in registers): a token's output is bit-identical on both paths, for any
+arithmetic cell by cell (blazr.quant.cpu_lane_simd; with 8-lane tiles, the 32-value formats' block pairs and
+the Q4_K / Q5_K / Q6_K super-blocks by blazr.quant.cpu_lane_rows, accumulators in registers): a token's output is bit-identical on both paths, for any
 batch. They run where the CPU has the int8 GEMM; elsewhere every token count takes the row dots, which are
 then the only path.
 
@@ -435,7 +435,7 @@ def _lanes_q6_k(rows, xq, dx, xsum, acc, mins, out, r0):
         _lanes_finish(acc, mins, xsum, out, t, r0, nrows, True)
 
 
-# ---- one kernel per format, picked at compile time (the parallel matvec: cpu_lane_matmul) ---------------------------------
+# ---- one kernel per format, picked at compile time (the parallel matvec: cpu_lane_matmul) ---------------
 
 # type name -> fn(rows (R, row_bytes) uint8, xq (T, Kp) int8, dx (T, Kp/32) f32, xsum (T, G) f32,
 #                 acc (ROWS, LANES) f32 scratch, mins (ROWS, G) f32 scratch (zero past the rows' groups),
