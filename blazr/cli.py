@@ -32,7 +32,7 @@ from blazr.errors import BlazrError
 # optional module -> the feature it gives (pyproject [project.optional-dependencies]). Only features with code
 # behind them are here: a CUDA backend is not built yet, so having cupy installed adds nothing to --version;
 # speech recognition needs no extra (soundfile and soxr are core dependencies).
-OPTIONAL_FEATURES = (("wgpu", "wgpu"), ("quart", "server"), ("ray", "distributed"))
+OPTIONAL_FEATURES = (("wgpu", "wgpu"), ("quart", "server"), ("ray", "distributed"), ("misaki", "kokoro"))
 
 
 class BlazrGroup(TyperGroup):

@@ -108,6 +108,7 @@ class Settings:
     device: str = "cpu"  # cpu | cuda[:N] | wgpu[:N]
     num_ctx: int | None = None  # (optional) initial KV cache size in tokens; unset: the engine's default
     model_dir: str | None = None  # (optional) unset: ~/.blazr/models
+    voice_dir: str | None = None  # (optional) more Kokoro voice packs; unset: the model's own voices/
     inference: InferenceSettings = field(default_factory=InferenceSettings)
     generation: GenerationSettings = field(default_factory=GenerationSettings)
     server: ServerSettings = field(default_factory=ServerSettings)

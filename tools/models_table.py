@@ -34,6 +34,8 @@ TESTS = [
     "tests/test_whisper_model.py",
     "tests/test_vits_model.py",
     "tests/test_piper_voice.py",
+    "tests/test_kokoro_model.py",
+    "tests/test_kokoro_onnx.py",
     "tests/test_clap_model.py",
 ]
 ENCODER_BACKENDS = ("cpu", "cpu-numpy", "wgpu")  # the `backend` fixture's ids in tests/test_embed*.py
@@ -323,6 +325,34 @@ def render(results: dict[str, str]) -> str:
         "Real: Piper en_US joe medium (catalog `piper-joe`): waveform against onnxruntime running the same file",
         f"(every sample within 2e-4) {piper[0]}; phonemes against piper-phonemize {piper[1]}",
         "(`tests/test_piper_voice.py`).",
+        "",
+        "Kokoro-82M (StyleTTS2 with an iSTFTNet decoder): a tiny random Kokoro (`tests/data/tiny_kokoro/`) against",
+        "the `kokoro` package's KModel with the harmonic source's noise off (`tests/golden/kokoro/tiny.npz`): a",
+        "cell passes when the durations are identical, F0 and energy within float32 agreement, and the waveform",
+        "close end to end (`tests/test_kokoro_model.py`).",
+        "",
+        "| family | checkpoint | tiny case | " + " | ".join(ENCODER_BACKENDS) + " |",
+        "|" + "---|" * (3 + len(ENCODER_BACKENDS)),
+    ]
+    for case, test in (
+        ("prosody", "test_prosody_matches_kmodel"),
+        ("waveform", "test_waveform_matches_kmodel_end_to_end"),
+    ):
+        cells = [results.get(f"{test}[{b}]", "-") for b in ENCODER_BACKENDS]
+        lines.append(f"| kokoro | KModel (SafeTensors) | {case} | " + " | ".join(cells) + " |")
+    kokoro = [
+        results.get(name, "-")
+        for name in (
+            "test_durations_within_one_frame",
+            "test_same_spectrogram",
+            "test_japanese_text_is_read_by_kokoros_g2p_and_spoken",
+        )
+    ]
+    lines += [
+        "",
+        "Real: Kokoro-82M int8 ONNX with five Japanese voices (catalog `kokoro-ja`) against onnxruntime running the",
+        f"same file: durations within one frame {kokoro[0]}; the same spectrogram {kokoro[1]}; Japanese text read by",
+        f"misaki (Kokoro's own G2P) and spoken {kokoro[2]} (`tests/test_kokoro_onnx.py`).",
         "",
         "## Sound and text (CLAP, for `blazr sound-review`)",
         "",

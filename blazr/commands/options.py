@@ -94,6 +94,15 @@ ModelDir = Annotated[
     typer.Option("--model-dir", help="Model directory (default: ~/.blazr/models)", rich_help_panel=RUNTIME),
 ]
 
+VoiceDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--voice-dir",
+        help="Kokoro voice packs (<name>.safetensors) beside the model's own (default: BLAZR_VOICE_DIR)",
+        rich_help_panel=RUNTIME,
+    ),
+]
+
 Speculative = Annotated[
     str | None,
     typer.Option(
@@ -146,6 +155,7 @@ FLAG_KEYS = {
     "seed": ("generation.seed", "--seed"),
     "stop": ("generation.stop", "--stop"),
     "device": ("device", "--device"),
+    "voice_dir": ("voice_dir", "--voice-dir"),
     "dtype": ("inference.dtype", "--dtype"),
     "num_ctx": ("num_ctx", "--num-ctx"),
     "kv_cache_type": ("inference.kv_cache_type", "--kv-cache-type"),

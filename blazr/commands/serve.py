@@ -84,7 +84,8 @@ def serve(
     ) = None,
     tts_model: _opt(
         "--tts-model",
-        "NAME=PATH: a Piper voice (its directory, .onnx or catalog name) for /v1/audio/speech (repeatable)",
+        "NAME=PATH: a voice (Piper, VITS or Kokoro: its directory, .onnx or catalog name) for /v1/audio/speech "
+        "(repeatable)",
         list[str] | None,
     ) = None,
     lora: _opt(
@@ -103,6 +104,7 @@ def serve(
     draft_model: o.DraftModel = None,
     num_speculative_tokens: o.NumSpeculativeTokens = None,
     model_dir: o.ModelDir = None,
+    voice_dir: o.VoiceDir = None,
 ) -> None:
     """Serve OpenAI, Anthropic and Ollama compatible HTTP APIs (see docs/server.md)."""
     params = locals()

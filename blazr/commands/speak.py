@@ -43,7 +43,7 @@ def speak(
         typer.Option(
             "--model",
             "-m",
-            help=f"Voice: a Piper or Hugging Face VITS voice, name or path (default: {DEFAULT_TTS_MODEL})",
+            help=f"Voice: a Piper, Hugging Face VITS or Kokoro model, name or path (default: {DEFAULT_TTS_MODEL})",
         ),
     ] = None,
     voice: Annotated[
@@ -78,16 +78,19 @@ def speak(
     ] = None,
     device: o.Device = None,
     model_dir: o.ModelDir = None,
+    voice_dir: o.VoiceDir = None,
 ) -> None:
     """Speak SCRIPT into one voiceover WAV with a timing sidecar; Whisper checks every part."""
     _check_flags(speed, seed, reroll, pause, max_wer)
     parts = read_script(script, Defaults(voice=voice, speed=speed, pause=pause, seed=seed))
     output, sidecar = output_paths(script, output)
-    settings = o.settings_from_flags(device=device)
+    settings = o.settings_from_flags(device=device, voice_dir=voice_dir)
     directory = resolve_model_dir(settings, model_dir)
-    synthesizer = load_voice(model or DEFAULT_TTS_MODEL, settings.device, directory)
+    synthesizer = load_voice(model or DEFAULT_TTS_MODEL, settings.device, directory, settings.voice_dir)
     _check_parts(synthesizer, parts, script, voice)
     listener = load_listener(asr_model or DEFAULT_ASR_MODEL, settings.device, directory) if check else None
+    if listener is not None:
+        _check_hearing(listener, synthesizer, parts, asr_model or DEFAULT_ASR_MODEL)
     try:
         from blazr.tasks.voiceover import make_voiceover, write_json, write_wav
 
@@ -147,9 +150,9 @@ def output_paths(script: Path, output: Path | None) -> tuple[Path, Path]:
     return wav, sidecar
 
 
-def load_voice(model: str, device: str, directory: Path) -> Any:
-    """The Synthesizer for --model. A missing model exits 2; one that is not a voice (Piper, or Hugging Face
-    VITS) exits 3."""
+def load_voice(model: str, device: str, directory: Path, voice_dir: str | None = None) -> Any:
+    """The Synthesizer for --model. A missing model exits 2; one that is not a voice (Piper, Hugging Face
+    VITS or Kokoro) exits 3."""
     from blazr.model_dir import resolve_model
     from blazr.tasks.speak import Synthesizer, is_voice
 
@@ -160,10 +163,10 @@ def load_voice(model: str, device: str, directory: Path) -> Any:
     if not is_voice(path):
         raise _not_run(
             f"--model {model}: not a voice blazr runs (it reads Piper voices, an .onnx with its .onnx.json, "
-            "and Hugging Face VITS directories)"
+            "Hugging Face VITS directories and Kokoro models)"
         )
     try:
-        return Synthesizer.load(path, device=device)
+        return Synthesizer.load(path, device=device, voice_dir=voice_dir)
     except UnsupportedError as e:
         raise _not_run(f"--model {model}: {e}") from None
 
@@ -199,8 +202,27 @@ def _check_parts(synthesizer: Any, parts: list[Part], script: Path, voice_flag: 
             synthesizer.voice(part.voice)
         except InputError as e:
             raise ConfigError(f"{where}: {e}") from None
-        if not synthesizer.phonemize(part.text):
-            raise ConfigError(f"{where}: nothing to speak in {part.text!r}")
+        try:
+            if not synthesizer.phonemize(part.text, part.voice):
+                raise ConfigError(f"{where}: nothing to speak in {part.text!r}")
+        except UnsupportedError as e:  # a Kokoro language whose reader is not installed
+            raise _not_run(f"{where}: {e}") from None
+
+
+def _check_hearing(listener: Any, synthesizer: Any, parts: list[Part], asr_model: str) -> None:
+    """The listener can hear every part's language (exit 2 before any synthesis): an English-only Whisper
+    (tiny.en) hearing a Japanese voice would report every part as a mismatch."""
+    transcriber = listener.transcriber
+    for part in parts:
+        voice = synthesizer.voice(part.voice)
+        code = voice.language.replace("_", "-").split("-")[0].lower()
+        hears = transcriber.languages if transcriber.multilingual else ("en",)
+        if len(code) == 2 and code not in hears:  # ISO 639-1 as Whisper names them (MMS voices say "eng")
+            which = "English only" if not transcriber.multilingual else f"no {code!r}"
+            raise ConfigError(
+                f"--asr-model {asr_model}: it hears {which}, and voice {voice.id} speaks {voice.language}; "
+                "give a multilingual Whisper model, or --no-check"
+            )
 
 
 def report_part(spoken: Any, total: int) -> None:

@@ -4,13 +4,12 @@
 Voice packs are the tensor `style` (N, 1, 2S) in voices/<name>.safetensors: row n - 1 is the style for n
 phonemes. The published kokoro-v1_0.pth and voices/*.pt are PyTorch pickles, which blazr does not read
 (it does not depend on torch): convert them to SafeTensors once (the error says how).
-Voice directory: --voice-dir, else $BLAZR_VOICE_DIR, else <model dir>/voices.
+Which voice directories a model reads: blazr/tasks/speak_kokoro.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -81,15 +80,6 @@ def load_kokoro(path: Path | str, backend) -> Model:
     model = Model(args, backend)
     model.load_weights(sanitize(weights, args), source)
     return model
-
-
-def voice_dir(model_dir: Path | str, cli_dir: Path | str | None = None) -> Path:
-    """--voice-dir, else $BLAZR_VOICE_DIR, else the model directory's voices/."""
-    if cli_dir:
-        return Path(cli_dir)
-    if os.environ.get("BLAZR_VOICE_DIR"):
-        return Path(os.environ["BLAZR_VOICE_DIR"])
-    return Path(model_dir) / "voices"
 
 
 def list_voices(directory: Path) -> list[str]:

