@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import importlib.util
 import os
 import platform
 import shutil
@@ -49,18 +48,19 @@ def build_binary(work: Path) -> Path:
     # `blazr swarm` runs Ray's own processes (`python -m ray.scripts.scripts start`), which a one-file binary
     # cannot start: the archive leaves Ray out (~100 MB of binaries) and its swarm says to pip install it
     cmd += ["--exclude-module", "ray"]
-    # Kokoro's readers (blazr[kokoro]): misaki's code and phonemizer (English and espeak-ng's languages) come in;
-    # the Japanese and Chinese readers' dictionaries (~600 MB: pyopenjtalk's, unidic-lite, SudachiDict, jieba's)
-    # stay out, and a Japanese or Mandarin voice in the archive says to install blazr with pip instead
+    # Kokoro's readers (blazr[kokoro]) stay out: misaki's Japanese and Chinese dictionaries are ~600 MB, and misaki
+    # with phonemizer (segments -> csvw -> rdflib, babel) made the archive 13 MiB larger even without them (241
+    # against 228 MiB, built here); a Kokoro voice in the archive says to install blazr with pip instead (Piper
+    # voices read through espeak-ng, which is in)
     for name in (
+        "misaki",
+        "phonemizer",
         "pyopenjtalk",
         "fugashi",
         "unidic_lite",
-        "unidic",
         "sudachipy",
         "jieba",
         "pypinyin",
-        "cn2an",
     ):
         cmd += ["--exclude-module", name]
     # numba's and llvmlite's own test suites come in with --collect-all and are never imported at run time

@@ -109,16 +109,12 @@ def test_directory_detection(tmp_path):
     assert is_kokoro_dir(MODEL_DIR) and not is_kokoro_dir(tmp_path)
 
 
-def test_missing_and_pickled_voices_fail_clearly(tmp_path):
+def test_missing_voices_and_weights_fail_clearly(tmp_path):
     with pytest.raises(ModelNotFoundError, match="nobody"):
         load_voice(tmp_path, "nobody")
-    (tmp_path / "af_heart.pt").write_bytes(b"PK")
-    with pytest.raises(CheckpointError, match="PyTorch voice pack"):
-        load_voice(tmp_path, "af_heart")
-
-
-def test_pth_checkpoint_fails_clearly(tmp_path):
     (tmp_path / "config.json").write_text((MODEL_DIR / "config.json").read_text())
+    with pytest.raises(ModelNotFoundError, match=r"no Kokoro weights \(\*.safetensors or \*.pth\)"):
+        load_kokoro(tmp_path, None)
     (tmp_path / "kokoro-v1_0.pth").write_bytes(b"PK")
-    with pytest.raises(CheckpointError, match="pickle"):
+    with pytest.raises(CheckpointError, match="not a PyTorch zip file"):
         load_kokoro(tmp_path, None)

@@ -98,7 +98,7 @@ VoiceDir = Annotated[
     Path | None,
     typer.Option(
         "--voice-dir",
-        help="Kokoro voice packs (<name>.safetensors) beside the model's own (default: BLAZR_VOICE_DIR)",
+        help="Kokoro voice packs (<name>.pt or .safetensors) beside the model's own (default: BLAZR_VOICE_DIR)",
         rich_help_panel=RUNTIME,
     ),
 ]

@@ -1,9 +1,11 @@
-"""Kokoro-82M directories: config.json, the weights as SafeTensors (KModel's state dict, flat
-"<component>.<name>" tensors, with or without DataParallel's "module." after the component) and voice packs.
+"""Kokoro-82M directories: config.json, the weights and voice packs.
 
-Voice packs are the tensor `style` (N, 1, 2S) in voices/<name>.safetensors: row n - 1 is the style for n
-phonemes. The published kokoro-v1_0.pth and voices/*.pt are PyTorch pickles, which blazr does not read
-(it does not depend on torch): convert them to SafeTensors once (the error says how).
+The weights: KModel's state dict, either as published (kokoro-v1_0.pth: torch.save of {component: state dict})
+or as SafeTensors (flat "<component>.<name>" tensors); with or without DataParallel's "module." after the
+component. PyTorch files are read without torch and without running their pickle (blazr/loaders/torch_pickle.py).
+
+Voice packs (N, 1, 2S): row n - 1 is the style for n phonemes; voices/<name>.pt as published (torch.save of the
+tensor) or voices/<name>.safetensors (the tensor `style`), SafeTensors first when both are there.
 Which voice directories a model reads: blazr/tasks/speak_kokoro.py.
 """
 
@@ -16,14 +18,12 @@ import numpy as np
 
 from blazr.errors import CheckpointError, ModelNotFoundError
 from blazr.loaders.safetensors import read_safetensors_file
+from blazr.loaders.torch_pickle import read_torch_file
 from blazr.loaders.vits_hf import fold_weight_norm
 from blazr.models.kokoro import KokoroArgs, Model, sanitize
 
 COMPONENTS = ("bert", "bert_encoder", "predictor", "text_encoder", "decoder")
-_CONVERT = (
-    'convert it with PyTorch once: python -c "import torch, safetensors.torch as st; '
-    "st.save_file({{'style': torch.load('{src}')}}, '{dst}')\""
-)
+VOICE_SUFFIXES = (".safetensors", ".pt")
 
 
 def is_kokoro_dir(path: Path) -> bool:
@@ -35,26 +35,30 @@ def is_kokoro_dir(path: Path) -> bool:
 
 
 def weights_file(path: Path) -> Path:
-    found = sorted(Path(path).glob("*.safetensors"))
+    """The directory's weights: its SafeTensors file, else its PyTorch .pth."""
+    found = sorted(Path(path).glob("*.safetensors")) or sorted(Path(path).glob("*.pth"))
     if found:
         return found[0]
-    pth = sorted(Path(path).glob("*.pth"))
-    if pth:
-        raise CheckpointError(
-            f"{pth[0]}: Kokoro's PyTorch checkpoint is a pickle, which blazr does not read; save its state "
-            "dict as flat '<component>.<name>' SafeTensors (kokoro-v1_0.safetensors) beside config.json"
-        )
-    raise ModelNotFoundError(f"{path}: no Kokoro weights (*.safetensors) beside config.json")
+    raise ModelNotFoundError(f"{path}: no Kokoro weights (*.safetensors or *.pth) beside config.json")
 
 
 def read_weights(path: Path) -> dict[str, np.ndarray]:
     """The flat state dict with weight norm folded and "module." dropped."""
+    if path.suffix == ".pth":
+        nested = read_torch_file(path)
+        if not isinstance(nested, dict) or not all(isinstance(v, dict) for v in nested.values()):
+            raise CheckpointError(f"{path}: not Kokoro's checkpoint (a dict of its parts' state dicts)")
+        tensors = {f"{part}.{name}": value for part, inner in nested.items() for name, value in inner.items()}
+    else:
+        tensors = {name: tensor.load() for name, tensor in read_safetensors_file(path).items()}
     raw = {}
-    for name, tensor in read_safetensors_file(path).items():
+    for name, tensor in tensors.items():
         component, _, rest = name.partition(".")
         if component not in COMPONENTS:
             raise CheckpointError(f"{path}: tensor {name!r} belongs to none of Kokoro's parts {COMPONENTS}")
-        raw[f"{component}.{rest.removeprefix('module.')}"] = np.asarray(tensor.load(), dtype=np.float32)
+        if not isinstance(tensor, np.ndarray):
+            raise CheckpointError(f"{path}: {name!r} is not a tensor")
+        raw[f"{component}.{rest.removeprefix('module.')}"] = np.asarray(tensor, dtype=np.float32)
     return fold_weight_norm(raw)
 
 
@@ -83,24 +87,27 @@ def load_kokoro(path: Path | str, backend) -> Model:
 
 
 def list_voices(directory: Path) -> list[str]:
-    return sorted(p.stem for p in Path(directory).glob("*.safetensors"))
+    return sorted({p.stem for suffix in VOICE_SUFFIXES for p in Path(directory).glob(f"*{suffix}")})
 
 
 def load_voice(directory: Path, name: str) -> np.ndarray:
-    """The voice pack `name`: (N, 1, 2S) float32."""
-    path = Path(directory) / f"{name}.safetensors"
-    if not path.is_file():
-        pt = path.with_suffix(".pt")
-        if pt.is_file():
-            raise CheckpointError(
-                f"{pt}: a PyTorch voice pack, which blazr does not read; " + _CONVERT.format(src=pt, dst=path)
-            )
+    """The voice pack `name`: (N, 1, 2S) float32, from <name>.safetensors, else <name>.pt."""
+    path = next((p for s in VOICE_SUFFIXES if (p := Path(directory) / f"{name}{s}").is_file()), None)
+    if path is None:
         known = ", ".join(list_voices(directory)) or "none"
         raise ModelNotFoundError(f"voice {name!r} is not in {directory} (voices there: {known})")
-    tensors = read_safetensors_file(path)
-    if "style" not in tensors:
-        raise CheckpointError(f"{path}: no tensor 'style' (a voice pack holds style (N, 1, 256))")
-    return np.asarray(tensors["style"].load(), dtype=np.float32)
+    if path.suffix == ".pt":
+        pack = read_torch_file(path)
+        if not isinstance(pack, np.ndarray):
+            raise CheckpointError(f"{path}: not a voice pack (torch.save of one tensor (N, 1, 256))")
+    else:
+        tensors = read_safetensors_file(path)
+        if "style" not in tensors:
+            raise CheckpointError(f"{path}: no tensor 'style' (a voice pack holds style (N, 1, 256))")
+        pack = tensors["style"].load()
+    if pack.ndim != 3 or pack.shape[1] != 1:
+        raise CheckpointError(f"{path}: a voice pack is (N, 1, 2S), got {pack.shape}")
+    return np.asarray(pack, dtype=np.float32)
 
 
 def style_for(pack: np.ndarray, n_phonemes: int) -> np.ndarray:

@@ -98,11 +98,10 @@ def reader(language: Language) -> Callable[[str], str]:
         g2p_espeak = espeak.EspeakG2P(language=language.tag)
         return lambda text: g2p_espeak(text)[0]
     except ImportError as e:
-        if getattr(
-            sys, "frozen", False
-        ):  # the single-file archive leaves the CJK dictionaries out (packaging/)
+        frozen = getattr(sys, "frozen", False)  # the single-file archive leaves the readers out (packaging/)
+        if frozen:
             raise UnsupportedError(
-                f"reading {language.name} for Kokoro needs dictionaries the single-file archive leaves out; "
+                f"reading {language.name} for Kokoro needs misaki, which the single-file archive leaves out; "
                 f"install blazr with pip instead: {EXTRA}"
             ) from None
         raise UnsupportedError(

@@ -215,14 +215,18 @@ class Synthesizer:
         self, text: str, voice: str | None = None, speed: float = 1.0, seed: int | None = None, **kw
     ) -> Speech:
         """The whole text as one Speech: its sentences back to back."""
-        pieces, spans, at = [], [], 0
-        for phonemes, audio in self.stream(text, voice, speed, seed, **kw):
-            pieces.append(audio)
-            spans.append((phonemes, at, at + len(audio)))
-            at += len(audio)
-        audio = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
-        rate = self.sample_rate
-        return Speech(audio, rate, [SpokenSentence(p, a / rate, b / rate) for p, a, b in spans])
+        return joined_speech(self.stream(text, voice, speed, seed, **kw), self.sample_rate)
+
+
+def joined_speech(sentences: Iterator[tuple[str, np.ndarray]], rate: int) -> Speech:
+    """A voice's (phonemes, audio (N,)) sentences back to back as one Speech, each sentence's span kept."""
+    pieces, spans, at = [], [], 0
+    for phonemes, audio in sentences:
+        pieces.append(audio)
+        spans.append((phonemes, at, at + len(audio)))
+        at += len(audio)
+    audio = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
+    return Speech(audio, rate, [SpokenSentence(p, a / rate, b / rate) for p, a, b in spans])
 
 
 def normalize(audio: np.ndarray) -> np.ndarray:

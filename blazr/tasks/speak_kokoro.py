@@ -1,12 +1,12 @@
 """KokoroSynthesizer: a loaded Kokoro-82M and its voice packs, speech from text with them.
 
 Kokoro comes as a directory in either of two forms:
-  * Kokoro-82M's own: config.json (sizes and the phoneme vocab), the weights as SafeTensors, voice packs in
-    voices/ (blazr/loaders/kokoro.py);
+  * Kokoro-82M's own: config.json (sizes and the phoneme vocab), the weights (kokoro-v1_0.pth as published, or
+    SafeTensors), voice packs in voices/ (.pt or .safetensors; blazr/loaders/kokoro.py);
   * kokoro-onnx's int8 export: one .onnx (no .onnx.json beside it: that is a Piper voice), its voice packs in
     an .npz (voices-v1.0.bin is one too) and vocab.json (blazr/loaders/kokoro_onnx.py; the catalog's
     kokoro-ja is one).
-Either way the SafeTensors voice packs of the model's voices/ and of the voice directory (--voice-dir, else
+Either way the voice packs of the model's voices/ and of the voice directory (--voice-dir, else
 $BLAZR_VOICE_DIR; its packs win on a shared name) join them. A voice speaks the language its name's first letter says (Kokoro's
 convention: af_heart American English, jf_alpha Japanese); text is read in that language by
 blazr/tasks/kokoro_g2p.py, sentence by sentence, and each sentence becomes one pass of the network with the
@@ -28,7 +28,7 @@ import numpy as np
 
 from blazr.errors import CheckpointError, ConfigError, InputError
 from blazr.tasks.kokoro_g2p import KokoroPhonemizer, language_of
-from blazr.tasks.speak import MAX_SPEED, MIN_SPEED, OPENAI_VOICES, Speech, SpokenSentence, Voice
+from blazr.tasks.speak import MAX_SPEED, MIN_SPEED, OPENAI_VOICES, Speech, Voice, joined_speech
 
 PREFERRED_DEFAULT = "af_heart"  # Kokoro's best-rated voice, the default when a model has it
 
@@ -84,7 +84,9 @@ class KokoroSynthesizer:
 
         keep_freed_host_memory()  # the decoder's large arrays, made afresh for every sentence
         if not packs:
-            raise CheckpointError(f"{path}: no Kokoro voice packs found (voices/*.safetensors or an .npz)")
+            raise CheckpointError(
+                f"{path}: no Kokoro voice packs found (voices/*.pt or *.safetensors, or an .npz)"
+            )
         self.model, self.vocab, self.path = model, vocab, path
         self.be = self.backend = model.be
         self.sample_rate = SAMPLE_RATE
@@ -181,14 +183,7 @@ class KokoroSynthesizer:
         self, text: str, voice: str | None = None, speed: float = 1.0, seed: int | None = None
     ) -> Speech:
         """The whole text as one Speech: its sentences back to back."""
-        pieces, spans, at = [], [], 0
-        for phonemes, audio in self.stream(text, voice, speed, seed):
-            pieces.append(audio)
-            spans.append((phonemes, at, at + len(audio)))
-            at += len(audio)
-        audio = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
-        rate = self.sample_rate
-        return Speech(audio, rate, [SpokenSentence(p, a / rate, b / rate) for p, a, b in spans])
+        return joined_speech(self.stream(text, voice, speed, seed), self.sample_rate)
 
 
 def voice_packs(model_dir: Path, voice_dirs: list[Path]) -> dict[str, Callable[[], np.ndarray]]:
