@@ -50,8 +50,9 @@ def build_binary(work: Path) -> Path:
     cmd += ["--exclude-module", "ray"]
     # Kokoro's readers (blazr[kokoro]) stay out: misaki's Japanese and Chinese dictionaries are ~600 MB, and misaki
     # with phonemizer (segments -> csvw -> rdflib, babel) made the archive 13 MiB larger even without them (241
-    # against 228 MiB, built here); a Kokoro voice in the archive says to install blazr with pip instead (Piper
-    # voices read through espeak-ng, which is in)
+    # against 228 MiB, built here) and then failed on data files PyInstaller does not collect (language_tags'
+    # index.json); a Kokoro voice in the archive says to install blazr with pip instead (Piper voices read through
+    # espeak-ng, which is in)
     for name in (
         "misaki",
         "phonemizer",

@@ -33,6 +33,7 @@ _BLAS_CONTROL = None  # threadpoolctl's view of numpy's BLAS, made on first use 
 KV_DTYPES = (np.float32, np.float16)  # KV-cache element types the numba kernels read and write (half_bits)
 PARALLEL_DECODE_SEQS = 8  # from this many sequences a decode step attends on numba's pool (see attention)
 SERIAL_MACS = 1 << 21  # a dense matmul this small may run on the calling thread (see numba_matmul_rows)
+STREAMED_ROWS = 12  # a larger one of at most this many rows may run on numba's pool (ditto)
 # dense float32 weights up to this size stay on numba's pool for prompts too, once packed kernels run there: a
 # Qwen3-MoE-shaped Q4_K_M model's F32 routers on OpenBLAS took 5.5 ms a layer for 128 tokens (the two pools
 # spinning against each other), against ~0.5 ms in numba
@@ -67,11 +68,10 @@ class Backend(ArrayAPIBackend):
         self.int8_activations = self._int8_gemm
         # set once a packed matmul has run numba's thread pool: then small dense matmuls use it too
         self._numba_pool = False
-        # dense float32 matmuls of at most this many rows and SERIAL_MACS multiply-adds run single-threaded in
-        # numba instead of OpenBLAS (0: never). A model of many small decode steps sets it (Whisper's decoder,
-        # blazr.tasks.transcribe): OpenBLAS's thread hand-off cost more than such work, and its spinning
-        # threads stalled on a busy machine (the tiny random model's 75 s greedy transcription took 4.5 s
-        # with OpenBLAS's two threads, 0.5 s with one). Larger products (the output head) keep OpenBLAS.
+        # dense float32 matmuls of at most this many rows run in numba, not OpenBLAS (0: never): of SERIAL_MACS
+        # multiply-adds on one thread, larger of <= STREAMED_ROWS rows on numba's pool. Whisper's decoder sets it
+        # (blazr.tasks.transcribe): OpenBLAS's thread hand-off cost more than such work, its spinning threads
+        # stalled a busy machine, and for 5 beams its head took 16 ms to numba's 6.5 (4.1 / 3.0 for one row).
         self.numba_matmul_rows = 0
         # set once a packed matmul rounds x to int8 where the int8 GEMM runs: prompts then run all their packed
         # matmuls (IQ formats too, cpu_f32_gemm), attention and SiLU products on numba's pool instead of waking
@@ -214,12 +214,15 @@ class Backend(ArrayAPIBackend):
             self._ops.dense_matmul_serial(x, np.asarray(w), out)
             return out
         if (
-            self._numba_pool
-            and self._ops is not None
+            self._ops is not None
             and isinstance(w, np.ndarray)
             # few tokens, or a small weight (a mixture's router) at any token count: numba's pool then serves
-            # every matmul of a step, and a token's router logits do not depend on its batch
-            and (x.shape[0] <= 4 or np.size(w) <= NUMBA_DENSE_WEIGHTS)
+            # every matmul of a step, and a token's router logits do not depend on its batch; and a large weight
+            # for a few rows of a numba_matmul_rows model, each row of w read once for all of x's
+            and (
+                (self._numba_pool and (x.shape[0] <= 4 or np.size(w) <= NUMBA_DENSE_WEIGHTS))
+                or x.shape[0] <= min(self.numba_matmul_rows, STREAMED_ROWS)
+            )
             and x.dtype == w.dtype == np.float32
             and w.ndim == 2
             and x.shape[-1] == w.shape[1]

@@ -2,7 +2,8 @@
 KPipeline) runs, language by language as KPipeline picks it:
 
   * Japanese (voices j*): misaki.ja.JAG2P, its default reader (cutlet's romanizer over fugashi's tokens, here
-    with the unidic-lite dictionary pip installs whole; KPipeline's `unidic` needs a separate 700 MB download);
+    with the unidic-lite dictionary, which pip installs whole; KPipeline's `unidic` downloads the full UniDic
+    separately);
   * Mandarin (z*): misaki.zh.ZHG2P, version None as for Kokoro-82M v1.0 (jieba, pypinyin, cn2an);
   * Spanish, French, Hindi, Italian, Brazilian Portuguese (e*, f*, h*, i*, p*): misaki.espeak.EspeakG2P,
     espeak-ng's phonemes mapped onto Kokoro's symbols;
@@ -77,9 +78,8 @@ def reader(language: Language) -> Callable[[str], str]:
     code = language.code
     try:
         if code == "j":
-            with contextlib.redirect_stdout(
-                io.StringIO()
-            ):  # pyopenjtalk prints an onnxruntime notice on import
+            # misaki.ja imports pyopenjtalk, which prints a notice about onnxruntime to stdout
+            with contextlib.redirect_stdout(io.StringIO()):
                 from misaki import ja
 
             g2p = ja.JAG2P()
@@ -98,8 +98,8 @@ def reader(language: Language) -> Callable[[str], str]:
         g2p_espeak = espeak.EspeakG2P(language=language.tag)
         return lambda text: g2p_espeak(text)[0]
     except ImportError as e:
-        frozen = getattr(sys, "frozen", False)  # the single-file archive leaves the readers out (packaging/)
-        if frozen:
+        # the single-file archive leaves misaki out (packaging/build.py)
+        if getattr(sys, "frozen", False):
             raise UnsupportedError(
                 f"reading {language.name} for Kokoro needs misaki, which the single-file archive leaves out; "
                 f"install blazr with pip instead: {EXTRA}"
@@ -143,6 +143,4 @@ def cut(phonemes: str, limit: int) -> list[str]:
         at = limit if at <= 0 else at + 1
         pieces.append(rest[:at].strip())
         rest = rest[at:].strip()
-    if not rest and not pieces:
-        return []
     return [*pieces, rest] if rest else pieces

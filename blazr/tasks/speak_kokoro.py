@@ -7,9 +7,9 @@ Kokoro comes as a directory in either of two forms:
     an .npz (voices-v1.0.bin is one too) and vocab.json (blazr/loaders/kokoro_onnx.py; the catalog's
     kokoro-ja is one).
 Either way the voice packs of the model's voices/ and of the voice directory (--voice-dir, else
-$BLAZR_VOICE_DIR; its packs win on a shared name) join them. A voice speaks the language its name's first letter says (Kokoro's
-convention: af_heart American English, jf_alpha Japanese); text is read in that language by
-blazr/tasks/kokoro_g2p.py, sentence by sentence, and each sentence becomes one pass of the network with the
+$BLAZR_VOICE_DIR; its packs win on a shared name) join them. A voice speaks the language its name's first
+letter says (Kokoro's convention: af_heart American English, jf_alpha Japanese); text is read in that language
+by blazr/tasks/kokoro_g2p.py, sentence by sentence, and each sentence becomes one pass of the network with the
 pack's row for its length (KPipeline's pack[len(phonemes) - 1]).
 
 The interface is the VITS Synthesizer's (blazr/tasks/speak.py), which the server, `blazr speak` and the
@@ -188,7 +188,7 @@ class KokoroSynthesizer:
 
 def voice_packs(model_dir: Path, voice_dirs: list[Path]) -> dict[str, Callable[[], np.ndarray]]:
     """Voice name -> a loader of its pack: the model directory's .npz packs, then each voice directory's
-    SafeTensors packs in turn (a later one wins on a shared name: --voice-dir over the model's voices/)."""
+    packs (.safetensors or .pt) in turn (a later one wins on a shared name: --voice-dir over the model's voices/)."""
     from blazr.loaders.kokoro import list_voices, load_voice
 
     packs: dict[str, Callable[[], np.ndarray]] = {}
