@@ -183,8 +183,8 @@ def parse_loras(values: list[str]) -> dict[str, Path]:
 
 
 def parse_tts_models(values: list[str]) -> dict[str, Path]:
-    """--tts-model NAME=PATH values -> {NAME: PATH}: PATH a Piper voice's directory or .onnx, or a catalog
-    voice's name (e.g. piper-joe)."""
+    """--tts-model NAME=PATH values -> {NAME: PATH}: PATH a voice's directory or .onnx (Piper, VITS or Kokoro),
+    or a catalog voice's name (e.g. piper-joe, kokoro-ja)."""
     return parse_asr_models(values, "--tts-model", "tts-1=~/models/piper-joe")
 
 
