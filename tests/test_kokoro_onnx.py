@@ -121,13 +121,16 @@ def test_speak_writes_a_japanese_voiceover(voice, kokoro_ja, tmp_path, monkeypat
 def test_speak_refuses_a_listener_that_cannot_hear_the_voices_language(
     voice, kokoro_ja, tmp_path, monkeypatch
 ):
-    """whisper-tiny.en hears English only: checking Japanese parts with it is exit 2 before any synthesis."""
+    """An English-only Whisper (a tiny random one with tiny.en's vocabulary: no download racing the other test
+    process for the real one) hears English only: checking Japanese parts with it is exit 2 before any
+    synthesis."""
     from typer.testing import CliRunner
 
     from blazr.cli import app
     from blazr.commands import speak as speak_command
+    from tests import tiny_whisper
 
-    asr = fetch_registry_model("whisper-tiny.en")
+    asr = tiny_whisper.write("en", tmp_path / "whisper-en")
     monkeypatch.setattr(speak_command, "load_voice", lambda *a: voice)
     script = tmp_path / "script.txt"
     script.write_text("こんにちは。\n", encoding="utf-8")
