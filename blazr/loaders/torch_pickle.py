@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from blazr.errors import CheckpointError
+from blazr.loaders.safetensors import bf16_to_f32
 
 # torch.<Type>Storage -> the numpy dtype of its bytes (bfloat16 widened after reading)
 STORAGE_DTYPES = {
@@ -62,8 +63,8 @@ def _rebuild_tensor(storage: _Storage, offset: int, size, stride, *_rest) -> np.
             values[offset:], shape=tuple(size), strides=tuple(s * item for s in stride)
         )
     out = np.array(view, order="C")  # a copy (ascontiguousarray would make a 0-d tensor 1-d)
-    if storage.bfloat16:  # bfloat16: the upper half of a float32
-        out = (out.astype(np.uint32) << 16).view(np.float32)
+    if storage.bfloat16:
+        out = bf16_to_f32(out)
     return out
 
 

@@ -134,7 +134,7 @@ class Synthesizer:
         from blazr.tasks.vits_chars import CharTokenizer
 
         path = resolve_model(str(model))
-        if is_kokoro(path) and not is_piper_voice(path):
+        if is_kokoro(path):  # never a Piper voice: a kokoro-onnx .onnx has no .onnx.json beside it
             return KokoroSynthesizer.load(path, device, voice_dir)
         tokenizer = None
         if is_hf_vits(path) and not is_piper_voice(path):
