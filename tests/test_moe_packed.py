@@ -191,6 +191,24 @@ def test_quantized_experts_run_packed_as_their_dequantized_self(name, tmp_path):
     assert np.abs(logits - want_logits).max() <= 1e-4
 
 
+def test_a_fresh_backends_first_forward_is_the_same_as_its_later_ones(tmp_path):
+    """A file with float32 attention and packed experts: the first request a new process serves gives the
+    bits every later one does. The CPU backend's dense matmuls joined numba's pool only at the first packed
+    matmul, so the first layer's router ran on OpenBLAS in the first prefill alone (CPUBackend.hold_packed)."""
+    from blazr.backends.cpu import Backend
+    from blazr.loaders import load_checkpoint
+    from blazr.models import build_model
+    from tests.test_parity import GOLDEN, PROMPT_IDS, greedy_run
+
+    path = tmp_path / "granitemoe_q8_0.gguf"
+    requantized_gguf(GOLDEN / "gguf" / "granitemoe_f32.gguf", path, "Q8_0", dequantized=False)
+    be = Backend()
+    model = build_model(load_checkpoint(path), be)
+    runs = [greedy_run(model, be, list(PROMPT_IDS), 4) for _ in range(2)]
+    np.testing.assert_array_equal(runs[0][0], runs[1][0])
+    np.testing.assert_array_equal(runs[0][1], runs[1][1])
+
+
 def test_quantized_experts_of_two_formats_on_int8_activations(tmp_path):
     """Q4_0 gate/up with Q8_0 down, on the CPU's default int8 activations: the greedy ids of the dequantized
     file. Rounding the activations to int8 moves the logits of this random model by about 2% (relative RMS;

@@ -467,6 +467,9 @@ class ArrayAPIBackend(ConvOps, RelativeAttentionOps, SpeechOps, SSMOps):
     def kernels_own_threads(self) -> AbstractContextManager:
         return nullcontext()  # no library thread pool beside this backend's
 
+    def hold_packed(self, fmt: str) -> None:
+        """Nothing to decide here (base.Backend.hold_packed)."""
+
     def supports(self, op: str, dtype: str | None = None, fmt: str | None = None) -> bool:
         dtype_ok = dtype is None or dtype in self.act_dtypes
         fmt_ok = fmt is None or fmt in self.weight_formats

@@ -359,6 +359,11 @@ class Backend(Protocol):
         parallel work is the backend's kernels with small library calls (BLAS) between them, whose thread
         pool would otherwise spin against the kernels' one (the CPU backend keeps BLAS to one thread)."""
 
+    def hold_packed(self, fmt: str) -> None:
+        """Told, as a model loads, of each weight kept in its blocks (`fmt`, a quant format name): a backend
+        whose kernel choices depend on holding packed weights makes them now, so that the first forward
+        takes the same kernels as every later one (the CPU backend's dense matmuls join numba's pool)."""
+
     def supports(self, op: str, dtype: str | None = None, fmt: str | None = None) -> bool:
         """Whether `op` runs here with activations of `dtype` and (for matmul/embed) weights in `fmt`
         (None for dense, else a quant format name such as "Q4_K"). Checked once when a model loads."""

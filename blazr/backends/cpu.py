@@ -66,7 +66,9 @@ class Backend(ArrayAPIBackend):
         # same way whatever batch it is in, and the int8 row dots alone would make prompts 3-4x slower
         self._int8_gemm = self.fast_kernels and _int8_gemm_available()
         self.int8_activations = self._int8_gemm
-        # set once a packed matmul has run numba's thread pool: then small dense matmuls use it too
+        # set when a model holding weights in the numba kernels' formats loads (hold_packed; or at the first
+        # packed matmul of a weight made without the loader): its packed matmuls run on numba's thread pool,
+        # and its small dense matmuls join them there
         self._numba_pool = False
         # dense float32 matmuls of at most this many rows run in numba, not OpenBLAS (0: never): of SERIAL_MACS
         # multiply-adds on one thread, larger of <= STREAMED_ROWS rows on numba's pool. Whisper's decoder sets it
@@ -123,6 +125,13 @@ class Backend(ArrayAPIBackend):
             _BLAS_CONTROL = ThreadpoolController()  # finds the BLAS numpy loaded (OpenBLAS, MKL, ...) once
         return _BLAS_CONTROL.limit(limits=1, user_api="blas")
 
+    def hold_packed(self, fmt: str) -> None:
+        # at load, not at the first packed matmul: a dense matmul before it (a mixture's router in the first
+        # layer, under float32 attention) took OpenBLAS in the first forward and numba's pool in every later
+        # one, so a process's first answer differed in the last bits from the same request's later ones
+        if self._quant_module(fmt).__name__.endswith("cpu_kernels"):
+            self._numba_pool = True
+
     def supports(self, op: str, dtype: str | None = None, fmt: str | None = None) -> bool:
         # only the matmuls and embed read weights, so only they take packed formats
         packed_ops = ("matmul", "embed", "matmul_experts")
@@ -137,21 +146,10 @@ class Backend(ArrayAPIBackend):
             return out.reshape(t, k, w.shape[1])
         flat = np.asarray(expert_ids).reshape(-1)  # (T k,)
         if self._lane_experts(w, flat):
-            from blazr.quant.cpu_blocks import format_tag
-            from blazr.quant.cpu_int8_experts import matmul_experts_lanes
+            from blazr.quant.cpu_int8_experts import matmul_quant_experts_lanes
 
             self._numba_pool = True
-            # pairs in expert order, so that consecutive tasks read the same expert's rows (from cache)
-            order = np.argsort(flat, kind="stable")  # (T k,)
-            xrow = order // k  # (T k,) each pair's row of x
-            expert = flat[order].astype(np.int64)  # (T k,) each pair's expert
-            column = 0
-            for i, part in enumerate(w.parts):  # every pair in one call per part (gate, up)
-                n = w.part_rows(i)
-                row0 = expert * n  # (T k,) first row of each pair's expert
-                tag = format_tag(part.format)
-                out[order, column : column + n] = matmul_experts_lanes(x, part.blocks, tag, xrow, row0, n)
-                column += n
+            matmul_quant_experts_lanes(x, w, flat, k, out)
             return out.reshape(t, k, w.shape[1])
         order = np.argsort(flat, kind="stable")  # (T k,) pairs grouped by expert
         starts = np.flatnonzero(np.diff(flat[order])) + 1

@@ -22,15 +22,20 @@ from numba import njit, prange, types
 from numba.extending import overload
 
 from blazr import numba_cache  # noqa: F401 (locks numba's on-disk cache against concurrent writers)
+from blazr.backends.cpu_attention_dots import dot_row, dot_rows4
 from blazr.backends.half_bits import widen
 from blazr.numba_address import TaskByAddress, call_address
 from blazr.numba_copy import copy1
 
 NO_ALIBI = np.empty(0, dtype=np.float32)  # (0,) the kernels' "no ALiBi" slopes
 NO_SINKS = np.empty(0, dtype=np.float32)  # (0,) the kernels' "no attention sinks"
+# fast-math without `reassoc` (nor `arcp`, `afn`) for every kernel `_attend` is compiled into: with it, LLVM
+# may sum the same source in another order in each of them (blazr.backends.cpu_attention_dots), and a query
+# must get the same bits from the serial and the parallel kernel
+IN_ORDER = {"nnan", "ninf", "nsz", "contract"}
 
 
-@njit(cache=True, fastmath=True, nogil=True)
+@njit(cache=True, fastmath=IN_ORDER, nogil=True)
 def _attend(
     q,
     out,
@@ -67,22 +72,12 @@ def _attend(
         k0, k1 = k_cache[slots[j], col], k_cache[slots[j + 1], col]  # (Dh,) each
         k2, k3 = k_cache[slots[j + 2], col], k_cache[slots[j + 3], col]
         for g in range(g_len):
-            qv = qh[g]  # (Dh,)
-            s0 = s1 = s2 = s3 = np.float32(0.0)
-            for i in range(dh):
-                s0 += qv[i] * widen(k0[i])
-                s1 += qv[i] * widen(k1[i])
-                s2 += qv[i] * widen(k2[i])
-                s3 += qv[i] * widen(k3[i])
+            s0, s1, s2, s3 = dot_rows4(qh[g], k0, k1, k2, k3)
             scores[g, j], scores[g, j + 1], scores[g, j + 2], scores[g, j + 3] = s0, s1, s2, s3
     for j in range(n4, n_keys):
         key = k_cache[slots[j], col]  # (Dh,)
         for g in range(g_len):
-            qv = qh[g]  # (Dh,)
-            s = np.float32(0.0)
-            for i in range(dh):
-                s += qv[i] * widen(key[i])
-            scores[g, j] = s
+            scores[g, j] = dot_row(qh[g], key)
     if alibi.size > 0:
         # ALiBi as scale * (q.k + slope / scale * position) = scale * q.k + slope * position (every
         # model's scale is > 0): a pass of its own, so the scaling loop below stays as it was, and a kernel
@@ -220,7 +215,7 @@ def _decode(
     return True
 
 
-@njit(cache=True, fastmath=True, nogil=True)
+@njit(cache=True, fastmath=IN_ORDER, nogil=True)
 def attention_decode(q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, out):
     """One query per sequence: out (B, H, Dh) = softmax(q k^T * scale) v over the sequence's cached keys.
     Returns False, computing nothing, unless every q_lens[b] is 1 (the caller then takes another path).
@@ -246,7 +241,7 @@ def attention_decode(q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, 
     )
 
 
-@njit(cache=True, fastmath=True, nogil=True)
+@njit(cache=True, fastmath=IN_ORDER, nogil=True)
 def attention_decode_biased(
     q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, alibi, sinks, out
 ):
@@ -293,7 +288,7 @@ def attention_prefill(
     _launch_prefill(_PREFILL_TASK.address(*given), *given)
 
 
-@njit(cache=True, fastmath=True, nogil=True)
+@njit(cache=True, fastmath=IN_ORDER, nogil=True)
 def _prefill_task(
     q, k_cache, v_cache, tables, ctx_lens, q_lens, block_size, scale, window, softcap, alibi, sinks, out, first,
     b, kh,

@@ -453,6 +453,9 @@ class Backend(SelectionSequenceOps, PackedOps, FusionOps, SpeechOps):
     def kernels_own_threads(self) -> AbstractContextManager:
         return nullcontext()  # no library thread pool beside this backend's
 
+    def hold_packed(self, fmt: str) -> None:
+        """Nothing to decide here: every packed format has its shaders (base.Backend.hold_packed)."""
+
     def supports(self, op: str, dtype: str | None = None, fmt: str | None = None) -> bool:
         dtype_ok = dtype is None or dtype in self.act_dtypes
         # packed kernels take f32 activations; an f16 model gets its quantized weights dequantized at load

@@ -119,10 +119,17 @@ class WeightUploader:
 
     def __call__(self, tensor) -> Array:
         if self.keeps_packed(tensor):
-            return packed_weight(tensor)
+            return self.packed(tensor)
         if self.keeps_experts_packed(tensor):
+            for fmt in tensor.formats:
+                self.backend.hold_packed(fmt)
             return tensor.packed()  # a QuantExperts
         return self.backend.upload(host_array(tensor), self.dtype)
+
+    def packed(self, tensor):
+        """The QuantWeight of a tensor keeps_packed accepted, the backend told of its format."""
+        self.backend.hold_packed(tensor.dtype)
+        return packed_weight(tensor)
 
     def keeps_experts_packed(self, tensor) -> bool:
         """A mixture's stacked experts (blazr.models.layers.stacked_experts) whose every format the backend
@@ -166,7 +173,7 @@ def load_fused(get: Callable[[str], Any], names: list[str], upload: Callable[[An
     if isinstance(upload, WeightUploader) and all(upload.keeps_packed(t) for t in tensors):
         from blazr.quant import QuantRowStack, stack_rows
 
-        fused = stack_rows([packed_weight(t) for t in tensors])
+        fused = stack_rows([upload.packed(t) for t in tensors])
         if not isinstance(fused, QuantRowStack):  # a concatenated copy: the mapped originals are unused now
             for t in tensors:
                 t.release()

@@ -21,7 +21,7 @@ from blazr.quant.cpu_int8_dots import int8_task
 from blazr.quant.cpu_int8_gemm import quantize_padded
 from blazr.quant.cpu_int8_lanes import FORMATS, LANES, ROWS, int8_lane_dot
 
-__all__ = ["FORMATS", "matmul_experts_lanes"]
+__all__ = ["FORMATS", "matmul_experts_lanes", "matmul_quant_experts_lanes"]
 
 
 @njit(cache=True, nogil=True)
@@ -68,3 +68,21 @@ def matmul_experts_lanes(
     span = _PAIR_SPAN.address(tag, blocks, out)
     _launch(span, NEUTRAL_TAG, x, blocks, xrow, row0, out, min(n, per_task))
     return out
+
+
+def matmul_quant_experts_lanes(x: np.ndarray, w, flat: np.ndarray, k: int, out: np.ndarray) -> None:
+    """out[t k + j] = token t's slot j (expert flat[t k + j]) through the stacked experts w (a QuantExperts),
+    every pair in one call per part (gate, up); x (T, K) float32, flat (T k,), out (T k, N) float32."""
+    from blazr.quant.cpu_blocks import format_tag
+
+    # pairs in expert order, so that consecutive tasks read the same expert's rows (from cache)
+    order = np.argsort(flat, kind="stable")  # (T k,)
+    xrow = order // k  # (T k,) each pair's row of x
+    expert = flat[order].astype(np.int64)  # (T k,) each pair's expert
+    column = 0
+    for i, part in enumerate(w.parts):
+        n = w.part_rows(i)
+        row0 = expert * n  # (T k,) first row of each pair's expert
+        lanes = matmul_experts_lanes(x, part.blocks, format_tag(part.format), xrow, row0, n)  # (T k, n)
+        out[order, column : column + n] = lanes
+        column += n
