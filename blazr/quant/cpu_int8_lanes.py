@@ -5,8 +5,8 @@ step's few tokens took row dots (cpu_int8_dots) that sum the same exact integer 
 A token then got other logits alone than inside a batch of 8 or more (continuous batching) or inside a whole
 prompt (a prefix-cache hit computes only the tail), and greedy text flipped at near-ties. These kernels read
 the packed rows as the row dots do (one pass, values unpacked in registers) but do the tile's float32
-arithmetic cell by cell (blazr.quant.cpu_lane_simd; with 8-lane tiles, the 32-value formats' block pairs and
-the Q4_K / Q5_K / Q6_K super-blocks by blazr.quant.cpu_lane_rows, accumulators in registers): a token's output is bit-identical on both paths, for any
+arithmetic cell by cell (blazr.quant.cpu_lane_simd; the 32-value formats' block pairs and the Q4_K / Q5_K / Q6_K
+super-blocks by blazr.quant.cpu_lane_rows, accumulators in registers): a token's output is bit-identical on both paths, for any
 batch. They run where the CPU has the int8 GEMM; elsewhere every token count takes the row dots, which are
 then the only path.
 
@@ -49,8 +49,8 @@ from blazr.quant.cpu_unpack import _q3_k_scale
 AVAILABLE = LANES > 0
 _SPAN = max(1, LANES // 8)  # 32-value blocks per tile step: block b writes lanes (b % _SPAN) * 8 ..
 ROWS = 8  # rows a kernel call takes side by side (cpu_lane_rows: GROUP at a time)
-# the block-pair and super-block loops with 8-lane tiles, accumulators in registers (cpu_lane_rows; None
-# elsewhere: 16-lane tiles keep the memory lanes here, not yet measured on an AVX-512 machine)
+# the block-pair and super-block loops, accumulators in registers (cpu_lane_rows; None where the CPU has no
+# int8 GEMM tile)
 _PAIRS_Q4_0, _PAIRS_Q4_1, _PAIRS_Q5_0, _PAIRS_Q5_1, _PAIRS_Q8_0, _SUPERS_Q4_K, _SUPERS_Q5_K, _SUPERS_Q6_K = (
     ROW_LOOPS.get(name) for name in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
 )
@@ -120,7 +120,7 @@ def _lanes_q4_q5(rows, xq, dx, xsum, acc, mins, out, r0, block_bytes, five, has_
 
 @njit(inline="always")
 def _rows_q4_q5(rows, xq, dx, xsum, acc, mins, out, r0, pairs, block_bytes, five, has_min):
-    """_lanes_q4_q5 with 8-lane tiles: the block pairs by cpu_lane_rows' loop for the format (`pairs`), each
+    """_lanes_q4_q5 with the block pairs by cpu_lane_rows' loop for the format (`pairs`), each
     row's lanes in registers."""
     for t in range(xq.shape[0]):
         pairs(rows, xq[t], dx[t], acc, mins, rows.shape[1] // block_bytes // 2)
@@ -244,7 +244,7 @@ def _lanes_q8_0(rows, xq, dx, xsum, acc, mins, out, r0):
 
 @njit(nogil=True)
 def _rows_q8_0(rows, xq, dx, xsum, acc, mins, out, r0):
-    """_lanes_q8_0 with 8-lane tiles: the block pairs by cpu_lane_rows (accumulators in registers)."""
+    """_lanes_q8_0 with the block pairs by cpu_lane_rows (accumulators in registers)."""
     for t in range(xq.shape[0]):
         _PAIRS_Q8_0(rows, xq[t], dx[t], acc, mins, rows.shape[1] // 34 // 2)
         _lanes_q8_0_last(rows, xq[t], dx, acc, t)
@@ -306,7 +306,7 @@ def _lanes_q45_k(rows, xq, dx, xsum, acc, mins, out, r0, five):
 
 @njit(inline="always")
 def _rows_super(rows, xq, dx, xsum, acc, mins, out, r0, supers, block_bytes):
-    """A K-quant's lanes with 8-lane tiles: cpu_lane_rows' super-block loop (`supers`), lanes in registers."""
+    """A K-quant's lanes: cpu_lane_rows' super-block loop (`supers`), lanes in registers."""
     for t in range(xq.shape[0]):
         supers(rows, xq[t], dx[t], acc, mins, rows.shape[1] // block_bytes)
         _lanes_finish(acc, mins, xsum, out, t, r0, rows.shape[0], True)
@@ -445,7 +445,7 @@ LANE_DOTS: dict = {
     "Q2_K": _lanes_q2_k, "Q3_K": _lanes_q3_k, "Q4_K": _lanes_q4_k, "Q5_K": _lanes_q5_k, "Q6_K": _lanes_q6_k,
     "I4Z": _lanes_i4z,
 }  # fmt: skip
-if ROW_LOOPS:  # 8-lane tiles
+if ROW_LOOPS:  # the register loops in place of the memory lanes
     LANE_DOTS |= {
         "Q4_0": _rows_q4_0, "Q4_1": _rows_q4_1, "Q5_0": _rows_q5_0, "Q5_1": _rows_q5_1, "Q8_0": _rows_q8_0,
         "Q4_K": _rows_q4_k, "Q5_K": _rows_q5_k, "Q6_K": _rows_q6_k,

@@ -38,6 +38,10 @@ _F32, _I32, _I64, _I8 = ir.FloatType(), ir.IntType(32), ir.IntType(64), ir.IntTy
 GROUP = 4
 # how many passes ahead the prefetches read (Gemma 3's 262144 x 640 Q8_0 head at 1, 2, 4: the same 12.9-13.3 ms)
 PREFETCH_PASSES = 1
+# <8 x float> accumulators a row: the tile's 32-value block b adds into lanes (b % SPAN) * 8 .. + 8; with 16
+# lanes two 256-bit halves, not one 512-bit vector (joined, the memory-lane kernels measured slower: see
+# cpu_lane_simd._fma_pair)
+SPAN = max(1, LANES // 8)
 
 
 class BlockFormat(NamedTuple):
@@ -97,9 +101,11 @@ def _splat_float(builder, value, n: int):
     return builder.shuffle_vector(one, one, ir.Constant(_vec(_I32, n), [0] * n))
 
 
-def _pair_step(builder, fmt: BlockFormat, block0, xlo, xhi, dx0, dx1, mins_at, lanes):
+def _pair_step(builder, fmt: BlockFormat, block0, xlo, xhi, dx0, dx1, mins_at, lanes: list):
     """One block pair of one row: its offsets stored at mins_at (4 floats), its products added to `lanes`
-    (<8 x float>: the low block's, then the high one's, as the 8-lane tile's two steps); returns the lanes."""
+    (SPAN <8 x float> values: with 8-lane tiles the low block's, then the high one's into the one, as the
+    tile's two steps; with 16 the low block's into the first and the high one's into the second, the 16-lane
+    tile's one step); returns the lanes."""
     block1 = builder.gep(block0, [ir.Constant(_I64, fmt.block_bytes)])
     four = four_halves(builder, block0, block1)  # d0, (m0 or junk), d1, (m1 or junk)
     d0, d1 = (builder.extract_element(four, ir.Constant(_I32, i)) for i in (0, 2))
@@ -111,13 +117,14 @@ def _pair_step(builder, fmt: BlockFormat, block0, xlo, xhi, dx0, dx1, mins_at, l
             ds = builder.shuffle_vector(four, four, ir.Constant(_vec(_I32, 4), [0, 0, 2, 2]))
             per_group = builder.fmul(ds, _splat_float(builder, ir.Constant(_F32, float(fmt.offsets[:-1])), 4))
         builder.store(per_group, builder.bitcast(mins_at, per_group.type.as_pointer()), align=4)
-    for block, xv, d, dx in ((block0, xlo, d0, dx0), (block1, xhi, d1, dx1)):
+    lanes = list(lanes)
+    for b, (block, xv, d, dx) in enumerate(((block0, xlo, d0, dx0), (block1, xhi, d1, dx1))):
         dots = builder.sitofp(
             _lane_dots(builder, _values(builder, fmt, block), xv, fmt.signed), _vec(_F32, 8)
         )
         # cpu_lane_simd._lanes_fma's operations and flags: (ws dx), then one fused multiply-add
         scaled = builder.fmul(dots, _splat_float(builder, builder.fmul(d, dx), 8), flags=["contract"])
-        lanes = builder.fadd(lanes, scaled, flags=["contract"])
+        lanes[b % SPAN] = builder.fadd(lanes[b % SPAN], scaled, flags=["contract"])
     return lanes
 
 
@@ -148,11 +155,15 @@ def _q45_k_scales(builder, block):
     return sc, m
 
 
-def _k_group_dot(builder, values, x, j: int, wsdx, lanes):
-    """Group j's lane dots with x[32 j:] into `lanes` with wsdx (<8 x float>, the tile's ws * dx per lane)."""
+def _k_group_dot(builder, values, x, j: int, wsdx, lanes: list):
+    """Group j's lane dots with x[32 j:] into lanes[j % SPAN] (group j is the tile's 32-value block j) with
+    wsdx (<8 x float>, the tile's ws * dx per lane)."""
     dots = builder.sitofp(_lane_dots(builder, values, _load(builder, _at(builder, x, 32 * j), 32), False),
                           _vec(_F32, 8))  # fmt: skip
-    return builder.fadd(lanes, builder.fmul(dots, wsdx, flags=["contract"]), flags=["contract"])
+    lanes = list(lanes)
+    lanes[j % SPAN] = builder.fadd(lanes[j % SPAN], builder.fmul(dots, wsdx, flags=["contract"]),
+                                   flags=["contract"])  # fmt: skip
+    return lanes
 
 
 def _super_step(builder, fmt: SuperFormat, block, x, dx, mins_at, lanes):
@@ -214,7 +225,8 @@ def _rows_pass(builder, fmt, rows_at, ahead, x, dx, acc_at, mins_at, units, coun
     """The unit loop over `count` rows side by side: rows_at(i), acc_at(i), mins_at(i) give row i's pointers;
     each unit's bytes `ahead` bytes on (the next pass's rows: a matrix's rows are consecutive) are prefetched, as
     the memory-lane kernels did (SmolLM2's Q8_0 LM head, streamed from memory, took 1.55x the time without)."""
-    cells = [cgutils.alloca_once_value(builder, ir.Constant(_vec(_F32, 8), None)) for _ in range(count)]
+    zero = ir.Constant(_vec(_F32, 8), None)
+    cells = [[cgutils.alloca_once_value(builder, zero) for _ in range(SPAN)] for _ in range(count)]
     pair = isinstance(fmt, BlockFormat)
     unit_bytes, unit_values = (2 * fmt.block_bytes, 64) if pair else (fmt.block_bytes, 256)
     with cgutils.for_range(builder, units) as loop:
@@ -232,14 +244,19 @@ def _rows_pass(builder, fmt, rows_at, ahead, x, dx, acc_at, mins_at, units, coun
             for line in range(0, unit_bytes, 64):
                 prefetch_line(builder, builder.gep(block0, [builder.add(ahead, ir.Constant(_I64, line))]))
             groups = builder.gep(mins_at(r), [builder.mul(p, ir.Constant(_I64, unit_values // 16))])
+            lanes = [builder.load(c) for c in cell]
             if pair:
-                lanes = _pair_step(builder, fmt, block0, xlo, xhi, dx0, dx1, groups, builder.load(cell))
+                lanes = _pair_step(builder, fmt, block0, xlo, xhi, dx0, dx1, groups, lanes)
             else:
                 lanes = _super_step(builder, fmt, block0, builder.gep(x, [xo]), builder.gep(dx, [b0]), groups,
-                                    builder.load(cell))  # fmt: skip
-            builder.store(lanes, cell)
-    for r, cell in enumerate(cells):  # the lanes to the accumulator rows, where the caller goes on
-        builder.store(builder.load(cell), builder.bitcast(acc_at(r), _vec(_F32, 8).as_pointer()), align=4)
+                                    lanes)  # fmt: skip
+            for c, value in zip(cell, lanes, strict=True):
+                builder.store(value, c)
+    # the lanes to the accumulator rows (8 floats a cell), where the caller goes on
+    for r, cell in enumerate(cells):
+        for k, c in enumerate(cell):
+            at = builder.gep(acc_at(r), [ir.Constant(_I64, 8 * k)])
+            builder.store(builder.load(c), builder.bitcast(at, _vec(_F32, 8).as_pointer()), align=4)
 
 
 def _row_pointer(builder, data, stride, row, elem):
@@ -300,5 +317,4 @@ def _make_loop(fmt):
     return row_loop
 
 
-# 8-lane tiles only (AVX2 without AVX-512): the ones measured; 16-lane tiles keep cpu_lane_simd's steps
-ROW_LOOPS = {name: _make_loop(fmt) for name, fmt in (FORMATS | K_FORMATS).items()} if LANES == 8 else {}
+ROW_LOOPS = {name: _make_loop(fmt) for name, fmt in (FORMATS | K_FORMATS).items()} if LANES else {}
