@@ -36,6 +36,10 @@ _F32, _I32, _I64, _I8 = ir.FloatType(), ir.IntType(32), ir.IntType(64), ir.IntTy
 # rows a pass takes side by side, as independent accumulator chains (Q4_1 at 1, 2, 4: 5.2, 4.7, 4.0 ns a block;
 # Q5's bit expansion needs more registers: at 4 it spilled, 3 measured 4.8-5.2 ns against 5.0-5.7)
 GROUP = 4
+# Q5_0 / Q5_1 with AVX-512's 32 vector registers: four rows fit, and a kernel call's 8 rows are then two passes
+# (with 3, two of them ran alone): Qwen2.5-Coder's Q5_0 gate 209-222 -> 161-175 us a matmul, streamed from
+# memory, 2 threads, Zen 4 EPYC (rows at 6 and 8: 173-272)
+GROUP_Q5 = 4 if LANES == 16 else 3
 # how many passes ahead the prefetches read (Gemma 3's 262144 x 640 Q8_0 head at 1, 2, 4: the same 12.9-13.3 ms)
 PREFETCH_PASSES = 1
 # <8 x float> accumulators a row: the tile's 32-value block b adds into lanes (b % SPAN) * 8 .. + 8; with 16
@@ -56,8 +60,8 @@ class BlockFormat(NamedTuple):
 FORMATS = {
     "Q4_0": BlockFormat(18, 2, None, "8d"),
     "Q4_1": BlockFormat(20, 4, None, "-m"),
-    "Q5_0": BlockFormat(22, 6, 2, "16d", group=3),
-    "Q5_1": BlockFormat(24, 8, 4, "-m", group=3),
+    "Q5_0": BlockFormat(22, 6, 2, "16d", group=GROUP_Q5),
+    "Q5_1": BlockFormat(24, 8, 4, "-m", group=GROUP_Q5),
     "Q8_0": BlockFormat(34, 2, None, "", signed=True),
 }
 
