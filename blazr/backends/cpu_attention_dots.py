@@ -30,8 +30,9 @@ _F32, _I16, _I32, _I64 = ir.FloatType(), ir.IntType(16), ir.IntType(32), ir.IntT
 _FLAGS = ("contract",)  # a multiply and its add may fuse (as numba's fastmath), nothing may reorder
 
 
-def _splat_int(n: int, value: int, width=_I32) -> ir.Constant:
-    return ir.Constant(ir.VectorType(width, n), [value] * n)
+def _const(elem: ir.Type, n: int | None, value) -> ir.Constant:
+    """`value` as an `elem` constant, in every lane of an n-vector (n None: a scalar)."""
+    return ir.Constant(ir.VectorType(elem, n), [value] * n) if n else ir.Constant(elem, value)
 
 
 def _widen(builder, raw, dtype):
@@ -40,27 +41,17 @@ def _widen(builder, raw, dtype):
     if dtype == types.float32:
         return raw
     n = raw.type.count if isinstance(raw.type, ir.VectorType) else None
-    wide = ir.VectorType(_I32, n) if n else _I32
-    h = builder.zext(raw, wide)
-    sign = builder.shl(builder.and_(h, _splat(n, 0x8000)), _splat(n, 16))
-    rest = builder.shl(builder.and_(h, _splat(n, 0x7FFF)), _splat(n, 13))
+    h = builder.zext(raw, ir.VectorType(_I32, n) if n else _I32)
+    sign = builder.shl(builder.and_(h, _const(_I32, n, 0x8000)), _const(_I32, n, 16))
+    rest = builder.shl(builder.and_(h, _const(_I32, n, 0x7FFF)), _const(_I32, n, 13))
     value = builder.bitcast(builder.or_(sign, rest), ir.VectorType(_F32, n) if n else _F32)
-    two_112 = ir.Constant(value.type, [2.0**112] * n) if n else ir.Constant(_F32, 2.0**112)
-    return builder.fmul(value, two_112)
+    return builder.fmul(value, _const(_F32, n, 2.0**112))
 
 
 def _lanes(indices) -> ir.Constant:
     """A shuffle mask picking these lanes."""
     indices = list(indices)
     return ir.Constant(ir.VectorType(_I32, len(indices)), indices)
-
-
-def _splat(n, value):
-    return _splat_int(n, value) if n else ir.Constant(_I32, value)
-
-
-def _element_type(dtype):
-    return _F32 if dtype == types.float32 else _I16
 
 
 def _check(q, keys) -> None:
@@ -78,7 +69,7 @@ def _dots(context, builder, sig, args):
     q_arr = context.make_array(q_ty)(context, builder, args[0])
     n = builder.extract_value(q_arr.shape, 0)
     dtype = key_tys[0].dtype
-    elem = _element_type(dtype)
+    elem = _F32 if dtype == types.float32 else _I16  # a key element as loaded
     keys = [context.make_array(t)(context, builder, a).data for t, a in zip(key_tys, args[1:], strict=True)]
     fvec = ir.VectorType(_F32, LANES)
     cells = [cgutils.alloca_once_value(builder, ir.Constant(fvec, None)) for _ in keys]
