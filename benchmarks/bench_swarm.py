@@ -12,15 +12,20 @@ aggregate tokens/s and the inter-token latency of
 - disagg: `blazr disagg`, a router, a prefill worker and a decode worker, one replica each with all --threads
   (the prefill replica idles while the decode replica generates, so they share the cores);
 - pipeline: `blazr swarm --pipeline-stages 2`, the leader's node and a worker node, one replica whose two
-  stages (half the layers each) run with all --threads on their nodes (they take turns, so they share the
-  cores too).
+  stages (half the layers each) run with all --threads on their nodes, two engines ("lanes", the default)
+  each with its own batch in the stages; `pipeline 1 lane` the same with one engine (one batch in flight).
+
+On one machine the nodes share its cores, which separate machines would not. `--pin` makes each node a
+machine of its own in miniature: every process of a node is held to one core (`taskset`: the leader's node
+core 0, the workers' cores 1, 0, ...), one thread per replica or stage, and `serve` runs on core 0 with one
+thread: one such machine against two.
 
 Then the KV hand-off: --handoff-prompts prompts of ~1,000 tokens through `serve` and `disagg`, one at a time:
 the time to first token of each, and the router's own count of the hand-off (blazr_kv_handoff_seconds /
 blazr_kv_handoff_tokens in /metrics: exporting the rows on the prefill replica plus loading them on the decode
 replica) per 1,000 prompt tokens.
 
-    python benchmarks/bench_swarm.py [--tokens 64] [--clients 1,8] [--threads 2] [--json out.json]
+    python benchmarks/bench_swarm.py [--tokens 64] [--clients 1,8] [--threads 2] [--pin] [--json out.json]
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -62,8 +68,17 @@ def disagg_cmd(model, port: int, cluster_port: int, threads: int) -> list[str]:
     return cmd + ["--cpus-per-replica", str(threads)]
 
 
+def core_of(node: int) -> list[str]:
+    """The command prefix holding a node's processes (and the Ray processes they start) to one core."""
+    return ["taskset", "-c", str(node % (os.cpu_count() or 1))]
+
+
+def numba_env(threads: int) -> dict:
+    return dict(thread_env(threads), NUMBA_NUM_THREADS=str(threads))
+
+
 @contextmanager
-def cluster_serving(cmd: list[str], url: str, threads: int):
+def cluster_serving(cmd: list[str], url: str, threads: int, pin: bool = False):
     """The leader (or router), then its workers once its cluster port listens (one `ray start` at a time: two
     in the same second can race on one machine), until /health answers: a prefill and a decode worker for
     `disagg`, one plain worker for a pipeline."""
@@ -73,14 +88,15 @@ def cluster_serving(cmd: list[str], url: str, threads: int):
     else:
         cluster_port = int(cmd[cmd.index("--swarm-port") + 1])
         joins = [["swarm", "--role", "worker", "--leader"]]
+    lead = core_of(0) + cmd if pin else cmd
     procs = [
-        subprocess.Popen(cmd, env=thread_env(threads), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.Popen(lead, env=numba_env(threads), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ]
     try:
         wait_until(lambda: _listening(cluster_port), 60)
-        for join in joins:
+        for node, join in enumerate(joins, start=1):
             worker = [sys.executable, "-m", "blazr", *join, f"127.0.0.1:{cluster_port}", "--token", TOKEN]
-            worker += ["--num-cpus", str(threads)]
+            worker = (core_of(node) if pin else []) + worker + ["--num-cpus", str(threads)]
             procs.append(subprocess.Popen(worker, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             time.sleep(3)
         wait_until(lambda: _healthy(url), 300)
@@ -117,12 +133,14 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def measure(cmd: list[str], port: int, threads: int, clients: list[int], tokens: int, handoff: int) -> dict:
+def measure(
+    cmd: list[str], port: int, threads: int, clients: list[int], tokens: int, handoff: int, pin: bool
+) -> dict:
     url = f"http://127.0.0.1:{port}"
     if "disagg" in cmd or "--pipeline-stages" in cmd:
-        server = cluster_serving(cmd, url, threads)
+        server = cluster_serving(cmd, url, threads, pin)
     else:
-        server = serving(cmd, url, "/health", thread_env(threads), timeout=300)
+        server = serving(core_of(0) + cmd if pin else cmd, url, "/health", numba_env(threads), timeout=300)
     with server:
         out = {n: asyncio.run(load_round(url, n, tokens)) for n in clients}
         if handoff:
@@ -165,9 +183,13 @@ def main() -> None:
     parser.add_argument("--clients", default="1,8")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--handoff-prompts", type=int, default=5)
-    parser.add_argument("--setups", default="serve,swarm x1,swarm x2,disagg,pipeline")
+    parser.add_argument("--setups", default="serve,swarm x1,swarm x2,disagg,pipeline,pipeline 1 lane")
+    parser.add_argument("--pin", action="store_true", help="each node on a core of its own, 1 thread each")
     parser.add_argument("--json")
     args = parser.parse_args()
+    if args.pin:  # swarm x2's two replicas share the leader's node: one core here
+        args.threads = 1
+        args.setups = ",".join(name for name in args.setups.split(",") if name != "swarm x2")
     clients = [int(c) for c in args.clients.split(",")]
     setups = {
         "serve": serve_cmd(args.model, 18181, max(clients)),
@@ -175,6 +197,7 @@ def main() -> None:
         "swarm x2": swarm_cmd(args.model, 18183, 29192, 2, args.threads),
         "disagg": disagg_cmd(args.model, 18184, 29193, args.threads),
         "pipeline": pipeline_cmd(args.model, 18185, 29194, args.threads),
+        "pipeline 1 lane": pipeline_cmd(args.model, 18186, 29195, args.threads) + ["--pipeline-lanes", "1"],
     }
     setups = {name: cmd for name, cmd in setups.items() if name in args.setups.split(",")}
     results = {}
@@ -182,19 +205,20 @@ def main() -> None:
         started = time.monotonic()
         handoff = args.handoff_prompts if name in ("serve", "disagg") else 0
         port = int(cmd[cmd.index("--port") + 1])
-        results[name] = measure(cmd, port, args.threads, clients, args.tokens, handoff)
+        results[name] = measure(cmd, port, args.threads, clients, args.tokens, handoff, args.pin)
         print(f"{name}: measured in {time.monotonic() - started:.0f} s", file=sys.stderr)
     print(
         f"# {platform.processor() or platform.machine()}, {args.threads} threads, {args.tokens} tokens/stream"
+        + (", each node on one core" if args.pin else "")
     )
-    print(f"{'setup':<10} {'clients':>7} {'tok/s':>8} {'ITL p50 ms':>11} {'TTFT p50 s':>11} {'vs serve':>9}")
+    print(f"{'setup':<15} {'clients':>7} {'tok/s':>8} {'ITL p50 ms':>11} {'TTFT p50 s':>11} {'vs serve':>9}")
     for name, rows in results.items():
         for n, row in rows.items():
             if n == "handoff":
                 continue
             ratio = row["aggregate_tok_s"] / results["serve"][n]["aggregate_tok_s"]
             print(
-                f"{name:<10} {n:>7} {row['aggregate_tok_s']:>8.1f} {row['itl_p50_ms']:>11.2f} "
+                f"{name:<15} {n:>7} {row['aggregate_tok_s']:>8.1f} {row['itl_p50_ms']:>11.2f} "
                 f"{row['ttft_p50_s']:>11.3f} {ratio:>8.2f}x"
             )
     for name, rows in results.items():

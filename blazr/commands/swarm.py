@@ -77,6 +77,11 @@ def swarm(
     pipeline_stages: _opt(
         "--pipeline-stages", "Leader: split each replica's layers over this many nodes (1: whole)", int
     ) = 1,
+    pipeline_lanes: _opt(
+        "--pipeline-lanes",
+        "Leader: engines per pipeline replica, each with its own batch in the stages (default: one per stage)",
+        int | None,
+    ) = None,
     node_ip: NodeIp = None,
     num_cpus: NumCpus = None,
     cpus_per_replica: CpusPerReplica = None,
@@ -95,6 +100,8 @@ def swarm(
         check_cluster_port(swarm_port, "--swarm-port")
         if pipeline_stages < 1:
             raise ConfigError(f"--pipeline-stages must be 1 or more, got {pipeline_stages}")
+        if pipeline_lanes is not None and pipeline_lanes < 1:
+            raise ConfigError(f"--pipeline-lanes must be 1 or more, got {pipeline_lanes}")
     if role == "worker":
         if not leader:
             raise ConfigError("--leader HOST:PORT is required for a worker (the leader's --swarm-port)")
@@ -139,7 +146,8 @@ def _run_leader(settings: Settings, params: dict[str, Any], token: str) -> None:
 
     cpus = params["cpus_per_replica"] or os.cpu_count() or 1
     joins = "blazr swarm --role worker --leader THIS-HOST:{port} --token ..."
-    placement = Placement(params["replicas"], cpus, stages=params["pipeline_stages"])
+    stages, lanes = params["pipeline_stages"], params["pipeline_lanes"]
+    placement = Placement(params["replicas"], cpus, stages=stages, lanes=lanes)
     run_leader(settings, params, token, placement, params["swarm_port"], joins)
 
 

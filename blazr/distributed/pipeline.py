@@ -1,12 +1,19 @@
 """Pipeline parallelism: one replica's layers split over several machines, for a model too big for one.
 
 The replica's own process (an EngineReplica) holds stage 0 (the embeddings and the first layers) and runs the
-engine as usual: scheduler, KV block tables, sampling. Its model is a PipelinedModel: each forward pass runs
-stage 0 here, then sends the batch's description and hidden states (T, D) to each later stage in turn, a
-StageWorker actor on another machine holding its layers and their KV cache (same block layout, same block
-tables), and gets the last stage's logits (R, V) back. One step moves the whole batch through the stages;
-stages take turns (no micro-batches overlap yet), so the pipeline adds each stage's transfer to a step and
-gains room, not speed.
+engines: scheduler, KV block tables, sampling. Its model is a PipelinedModel: each forward pass runs stage 0
+here, then sends the batch's description and hidden states (T, D) down the chain of StageWorker actors on the
+other machines, each holding its layers and their KV cache (same block layout, same block tables); the last
+returns the logits (R, V). The hidden states go from stage to stage as Ray object references, so a later
+stage starts as soon as the one before it is done, without a round trip through stage 0.
+
+Micro-batches: a replica of S stages runs S engines ("lanes", as vLLM's virtual engines), each with its own
+scheduler, share of the sequences and KV pool, over the same stages. While lane 0's batch is in the later
+stages, lane 1 runs stage 0 on its own batch, so every stage has work while the others do theirs and Ray's
+hop between stages hides behind another lane's computing. Splitting one engine's batch into micro-batches
+instead would make every stage read its weights once per micro-batch: decoding, which streams the weights,
+would get slower, not faster. A lane's batch passes each stage in turn (a stage actor runs one call at a
+time, in the order they came), each stage keeping a KV cache per lane.
 
 A stage that dies takes its KV cache with it: the replica then exits, Ray restarts it with fresh stages (the
 stage actors share its fate), and the leader treats it as any lost replica.
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import Any
 
 import numpy as np
@@ -24,6 +32,23 @@ from blazr.config import Settings
 from blazr.models.batch import ForwardBatch
 
 log = logging.getLogger("blazr.swarm")
+
+# libgomp (numba's OpenMP pool) keeps a finished parallel region's threads spinning for GOMP_SPINCOUNT turns
+# (300,000 by default) before they sleep, so back-to-back kernels start without a wake-up. A pipeline stage
+# finishes its layers and then idles while the others compute: with the default, its threads spun for
+# milliseconds on cores the next stage needed when stages share a machine (SmolLM2, two stages on one 2-core
+# machine: 34.5 ms a token; 18.7 ms at 20,000; docs/performance.md). 20,000 turns still bridge the gaps
+# between one forward pass's kernels. A value in the environment wins.
+STAGE_SPINCOUNT = "20000"
+BLOCK_SIZE = 16  # the engines' KV block size (Engine's default)
+
+
+def stage_env(cpus: int) -> dict[str, str]:
+    """Environment of a pipeline stage's process (stage 0's replica and each StageWorker)."""
+    return {
+        "NUMBA_NUM_THREADS": str(cpus),
+        "GOMP_SPINCOUNT": os.environ.get("GOMP_SPINCOUNT", STAGE_SPINCOUNT),
+    }
 
 
 class StageWorker:
@@ -38,33 +63,57 @@ class StageWorker:
         self.model = build_model(
             load_checkpoint(model_path), self.be, settings.inference.dtype, stage=(index, count)
         )
-        self.cache: Any = None
+        self.caches: dict[int, Any] = {}  # lane -> this stage's KV cache for that lane's engine
 
     def ready(self) -> dict[str, Any]:
         return {"pid": os.getpid(), "layers": len(self.model.layers), "first_layer": self.model.layer_offset}
 
-    def make_cache(self, num_blocks: int, block_size: int, kv_dtype: str | None = None) -> None:
+    def make_cache(
+        self, num_blocks: int, block_size: int, kv_dtype: str | None = None, lane: int = 0
+    ) -> None:
         self.model.kv_dtype = kv_dtype  # as stage 0's (blazr.engine.kv_dtype)
-        self.cache = self.model.make_cache(num_blocks, block_size)
+        self.caches[lane] = self.model.make_cache(num_blocks, block_size)
 
-    def forward(self, batch: ForwardBatch, hidden: np.ndarray) -> np.ndarray:
+    def forward(self, batch: ForwardBatch, hidden: np.ndarray, lane: int = 0) -> np.ndarray:
         """hidden (T, D) -> this stage's output: hidden (T, D), or the logits (R, V) on the last stage."""
-        out = self.model.stage(batch, self.cache, self.be.upload(hidden))
+        out = self.model.stage(batch, self.caches[lane], self.be.upload(hidden))
         return np.asarray(self.be.download(out))
 
 
-class RemoteStage:
-    """A StageWorker actor, called synchronously from the engine's thread."""
+class LocalStages:
+    """Later stages called in turn in this process (StageWorker objects): a pipeline without machines
+    between its stages, as tests/test_decoder_stage.py runs one."""
 
-    def __init__(self, ray, handle):
-        self.ray, self.handle = ray, handle
+    def __init__(self, stages: list[StageWorker]):
+        self.stages = stages
 
-    def make_cache(self, num_blocks: int, block_size: int, kv_dtype: str | None = None) -> None:
-        self.ray.get(self.handle.make_cache.remote(num_blocks, block_size, kv_dtype))
+    def make_cache(self, num_blocks: int, block_size: int, kv_dtype: str | None, lane: int) -> None:
+        for stage in self.stages:
+            stage.make_cache(num_blocks, block_size, kv_dtype, lane)
 
-    def forward(self, batch: ForwardBatch, hidden: np.ndarray) -> np.ndarray:
+    def forward(self, batch: ForwardBatch, hidden: np.ndarray, lane: int) -> np.ndarray:
+        for stage in self.stages:
+            hidden = stage.forward(batch, hidden, lane)  # (T, D), the last stage's (R, V)
+        return hidden
+
+
+class RemoteStages:
+    """Later stages as StageWorker actors, called from an engine's thread."""
+
+    def __init__(self, ray, handles: list):
+        self.ray, self.handles = ray, handles
+
+    def make_cache(self, num_blocks: int, block_size: int, kv_dtype: str | None, lane: int) -> None:
+        self.ray.get([h.make_cache.remote(num_blocks, block_size, kv_dtype, lane) for h in self.handles])
+
+    def forward(self, batch: ForwardBatch, hidden: np.ndarray, lane: int) -> np.ndarray:
+        """Each stage's call takes the one before it's result as a reference: Ray starts it when that is
+        ready. Blocks only on the last (the GIL released, so another lane runs meanwhile)."""
+        out: Any = hidden
+        for handle in self.handles:
+            out = handle.forward.remote(batch, out, lane)
         try:
-            return self.ray.get(self.handle.forward.remote(batch, hidden))
+            return self.ray.get(out)  # (R, V)
         except self.ray.exceptions.RayActorError:
             # its KV cache is gone: the whole replica restarts (Ray recreates it and, with it, its stages)
             log.error("a pipeline stage went away; restarting this replica")
@@ -72,69 +121,98 @@ class RemoteStage:
 
 
 class PipelinedModel:
-    """Stage 0 here and `stages` (objects with make_cache and forward, as StageWorker) after it: what the
-    engine runs as its model."""
+    """Stage 0 here and the later stages (LocalStages or RemoteStages) after it: what one lane's engine runs
+    as its model. `for_lane` gives the other lanes' views of the same stages."""
 
     stateful = False
     stage_info: list[dict[str, Any]] = []  # what each later stage's `ready` said (its pid, its layers)
     KV_DTYPE_CHOICE = True  # every stage's cache takes the engine's choice (blazr.engine.kv_dtype)
     kv_dtype: str | None = None
 
-    def __init__(self, first: Any, stages: list[Any]):
-        self.first, self.stages = first, stages
+    def __init__(self, first: Any, later: Any, lane: int = 0, first_lock: threading.Lock | None = None):
+        self.first, self.later, self.lane = first, later, lane
         self.args, self.be, self.dtype = first.args, first.be, first.dtype
         self.layers = first.layers  # stage 0's: what the KV cache's `auto` looks at (packed weights)
+        # one lane at a time runs stage 0's layers: two lanes' kernels at once would only split the cores
+        # (two OpenMP teams on the same cores wait on each other's barriers)
+        self.first_lock = first_lock or threading.Lock()
+
+    def for_lane(self, lane: int) -> PipelinedModel:
+        view = PipelinedModel(self.first, self.later, lane, self.first_lock)
+        view.stage_info = self.stage_info
+        return view
 
     def make_cache(self, num_blocks: int, block_size: int) -> list:
-        """Stage 0's KV cache; each later stage makes its own of the same layout and dtype."""
-        for stage in self.stages:
-            stage.make_cache(num_blocks, block_size, self.kv_dtype)
-        self.first.kv_dtype = self.kv_dtype
-        return self.first.make_cache(num_blocks, block_size)
+        """This lane's stage-0 KV cache; each later stage makes its own of the same layout and dtype."""
+        self.later.make_cache(num_blocks, block_size, self.kv_dtype, self.lane)
+        with self.first_lock:
+            self.first.kv_dtype = self.kv_dtype
+            return self.first.make_cache(num_blocks, block_size)
 
     def __call__(self, batch: ForwardBatch, cache: list) -> Any:
-        hidden = np.asarray(self.be.download(self.first.stage(batch, cache, None)))  # (T, D)
-        for stage in self.stages:
-            hidden = stage.forward(batch, hidden)  # (T, D), the last stage's (R, V)
-        return self.be.upload(hidden)  # (R, V) logits
+        with self.first_lock:
+            hidden = np.asarray(self.be.download(self.first.stage(batch, cache, None)))  # (T, D)
+        return self.be.upload(self.later.forward(batch, hidden, self.lane))  # (R, V) logits
 
 
-def load_pipeline(ray, model_path: str, settings: Settings, count: int, cpus: int, group: Any) -> Any:
-    """An LLM (blazr.api) whose model runs as `count` stages: stage 0 in this process, stage i on a StageWorker
-    actor of `cpus` CPUs in bundle i of placement `group` (each bundle on its own node)."""
-    from blazr.api import DEFAULT_NUM_CTX, LLM
+def load_pipeline(
+    ray, model_path: str, settings: Settings, count: int, cpus: int, group: Any, lanes: int | None = None
+) -> list:
+    """The lanes of a replica whose model runs as `count` stages: `lanes` (default `count`) LLMs
+    (blazr.api), each with its own engine over the same stages: stage 0 in this process, stage i on a
+    StageWorker actor of `cpus` CPUs in bundle i of placement `group` (each bundle on its own node)."""
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
     from blazr.backends import get_backend
-    from blazr.engine.engine import Engine
     from blazr.loaders import load_checkpoint
     from blazr.models import build_model
-    from blazr.tokenizer import load_tokenizer
 
     checkpoint = load_checkpoint(model_path)
     backend = get_backend(settings.device)
     first = build_model(checkpoint, backend, settings.inference.dtype, stage=(0, count))
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
     remote = ray.remote(StageWorker)
-    env = {"env_vars": {"NUMBA_NUM_THREADS": str(cpus)}}
     handles = [
         remote.options(
             num_cpus=cpus,
-            runtime_env=env,
+            runtime_env={"env_vars": stage_env(cpus)},
             scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index),
         ).remote(model_path, settings, index, count)
         for index in range(1, count)
     ]
     stage_info = ray.get([handle.ready.remote() for handle in handles])  # loaded (a load error raises here)
-    model = PipelinedModel(first, [RemoteStage(ray, handle) for handle in handles])
+    model = PipelinedModel(first, RemoteStages(ray, handles))
     model.stage_info = stage_info
+    return pipeline_lanes(checkpoint, model, backend, settings, lanes=lanes or count)
+
+
+def pipeline_lanes(
+    checkpoint: Any, model: PipelinedModel, backend: Any, settings: Settings, lanes: int
+) -> list:
+    """`lanes` LLMs over `model`'s stages, each an engine with its share of the concurrent sequences and of
+    the KV budget (together what one engine would have)."""
+    from blazr.api import DEFAULT_NUM_CTX, LLM
+    from blazr.engine.block_pool import blocks_needed
+    from blazr.engine.engine import Engine
+    from blazr.engine.kv_dtype import choose_kv_dtype
+    from blazr.engine.runner import kv_pool_blocks
+    from blazr.tokenizer import load_tokenizer
+
     tokenizer = load_tokenizer(checkpoint)
     inference = settings.inference
-    engine = Engine(
-        model,
-        tokenizer,
-        backend,
-        num_ctx=settings.num_ctx or min(DEFAULT_NUM_CTX, model.args.max_position_embeddings),
-        max_seqs=settings.server.max_concurrent_requests,
-        kv_cache_bytes=inference.kv_cache_mb * 2**20 if inference.kv_cache_mb else None,
-    )
-    return LLM(checkpoint, tokenizer, model, backend, engine, inference.chat_template)
+    num_ctx = settings.num_ctx or min(DEFAULT_NUM_CTX, model.args.max_position_embeddings)
+    max_seqs = settings.server.max_concurrent_requests
+    kv_bytes = inference.kv_cache_mb * 2**20 if inference.kv_cache_mb else None
+    # the pool one engine would have (its default budget or --kv-cache-mb) in the dtype the engines will
+    # choose, shared out; each lane must still hold one whole context. Measured on stage 0's own model: a
+    # lane's make_cache would also remake the later stages' caches.
+    choose_kv_dtype(model.first, backend, None)
+    blocks = kv_pool_blocks(model.first, num_ctx, BLOCK_SIZE, max_seqs, None, kv_bytes)
+    blocks = max(blocks // lanes, blocks_needed(num_ctx, BLOCK_SIZE))
+    out = []
+    for lane in range(lanes):
+        view = model.for_lane(lane)
+        engine = Engine(
+            view, tokenizer, backend, num_ctx=num_ctx, max_seqs=-(-max_seqs // lanes), num_blocks=blocks
+        )
+        out.append(LLM(checkpoint, tokenizer, view, backend, engine, inference.chat_template))
+    return out

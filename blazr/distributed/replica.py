@@ -7,7 +7,8 @@ object per engine step instead of one per token and request keeps Ray's per-obje
 this machine's cores, which the engine also needs) from growing with the number of streams.
 
 Ray runs the methods on the actor's event loop (an async actor); the engine steps on its own thread
-(AsyncEngine), so many requests run as one continuous batch.
+(AsyncEngine), so many requests run as one continuous batch. A pipeline's replica runs one engine per stage
+("lanes", blazr.distributed.pipeline): a request goes to the lane with the fewest requests.
 """
 
 from __future__ import annotations
@@ -34,7 +35,13 @@ class EngineReplica:
     of placement `group` (one node each)."""
 
     def __init__(
-        self, model_path: str, settings: Settings, stages: int = 1, cpus: int = 1, group: Any = None
+        self,
+        model_path: str,
+        settings: Settings,
+        stages: int = 1,
+        cpus: int = 1,
+        group: Any = None,
+        lanes: int | None = None,
     ):
         self._requests: dict[
             str, asyncio.Task
@@ -44,11 +51,11 @@ class EngineReplica:
         self._warm: asyncio.Task | None = None
         self._load_error: Exception | None = None
         try:
-            self._load(Path(model_path), settings, stages, cpus, group)
+            self._load(Path(model_path), settings, stages, cpus, group, lanes or stages)
         except Exception as error:  # kept for `ready` to raise: an actor dying in __init__ loses the error
             self._load_error = error
 
-    def _load(self, path: Path, settings: Settings, stages: int, cpus: int, group: Any) -> None:
+    def _load(self, path: Path, settings: Settings, stages: int, cpus: int, group: Any, lanes: int) -> None:
         from blazr.engine.async_engine import AsyncEngine
         from blazr.server.model_loading import load_for_serving
 
@@ -61,12 +68,16 @@ class EngineReplica:
 
             from blazr.distributed.pipeline import load_pipeline
 
-            self.llm = load_pipeline(ray, str(path), settings, stages, cpus, group)
+            self.lanes = load_pipeline(ray, str(path), settings, stages, cpus, group, lanes)
         else:
-            self.llm = load_for_serving(path, settings)
+            self.lanes = [load_for_serving(path, settings)]
+        self.llm = self.lanes[0]  # what the single-engine calls (prefill, hand-off slots) use
         if self.llm.task != "generate":
             raise UnsupportedError(f"{path} is not a text generation model; a swarm serves those")
-        self.engine = AsyncEngine(self.llm.engine)
+        self.engines = [AsyncEngine(llm.engine) for llm in self.lanes]
+        self.engine = self.engines[0]
+        self._lane_of: dict[str, int] = {}  # request id -> the lane running it
+        self._served = [0] * len(self.lanes)  # requests each lane has taken
 
     async def ready(self) -> dict[str, Any]:
         """Warm the kernels once (numba compiles on first use), then describe this replica."""
@@ -75,7 +86,7 @@ class EngineReplica:
         if self._load_error is not None:
             raise self._load_error
         if self._warm is None:
-            self._warm = asyncio.ensure_future(self.engine.run(lambda: warm_up(self.llm)))
+            self._warm = asyncio.ensure_future(self._warm_lanes(warm_up))
         await self._warm
         engine = self.llm.engine
         return {
@@ -86,7 +97,13 @@ class EngineReplica:
             "vocab_size": engine.vocab_size,
             "block_size": engine.pool.block_size,
             "stages": getattr(self.llm.model, "stage_info", []),  # a pipeline's later stages
+            "lanes": len(self.lanes),
         }
+
+    async def _warm_lanes(self, warm_up) -> None:
+        """Each lane on its own engine's thread (numba's OpenMP pool is per thread), one after the other."""
+        for llm, engine in zip(self.lanes, self.engines, strict=True):
+            await engine.run(lambda llm=llm: warm_up(llm))
 
     async def submit(
         self, request_id: str, prompt_ids: list[int], params: SamplingParams, kv: dict | None = None
@@ -105,7 +122,10 @@ class EngineReplica:
                 await self.engine.run(lambda: slots.remove(slot) if slot in slots.slots else None)
                 handed = False
         loaded = time.perf_counter() - start
-        task = asyncio.ensure_future(self._pump(request_id, prompt_ids, params, handed))
+        lane = 0 if handed else self._pick_lane(prompt_ids)
+        self._lane_of[request_id] = lane
+        self._served[lane] += 1
+        task = asyncio.ensure_future(self._pump(request_id, prompt_ids, params, handed, lane))
         self._requests[request_id] = task
         return loaded
 
@@ -151,13 +171,34 @@ class EngineReplica:
         """Running and waiting sequences, KV blocks (the leader's /metrics) and slots (hand-offs in flight)."""
         from blazr.server.metrics import engine_counts
 
-        return engine_counts(self.llm.engine) | {"slots": len(self.llm.engine.slots.slots)}
+        counts = [engine_counts(llm.engine) for llm in self.lanes]
+        return {key: sum(c[key] for c in counts) for key in counts[0]} | {
+            "slots": len(self.llm.engine.slots.slots)
+        }
+
+    def lanes_served(self) -> list[int]:
+        """Requests each lane has taken since the replica started."""
+        return list(self._served)
+
+    def lane_requests(self) -> list[int]:
+        """Requests in flight on each lane."""
+        held = [0] * len(self.lanes)
+        for lane in self._lane_of.values():
+            held[lane] += 1
+        return held
+
+    def _pick_lane(self, prompt_ids: list[int]) -> int:
+        """The lane with the fewest requests; among equals the one the prompt's first tokens hash to, so a
+        repeated prompt tends to find its blocks in that lane's prefix cache."""
+        held = self.lane_requests()
+        fewest = [lane for lane, n in enumerate(held) if n == min(held)]
+        return fewest[hash(tuple(prompt_ids[:16])) % len(fewest)]
 
     async def _pump(
-        self, request_id: str, prompt_ids: list[int], params: SamplingParams, handed: bool
+        self, request_id: str, prompt_ids: list[int], params: SamplingParams, handed: bool, lane: int
     ) -> None:
         try:
-            async for output in self.engine.generate(prompt_ids, params, request_id=request_id):
+            async for output in self.engines[lane].generate(prompt_ids, params, request_id=request_id):
                 self._post(request_id, output)
         except asyncio.CancelledError:
             pass  # aborted: generate's clean-up aborted the engine request
@@ -165,6 +206,7 @@ class EngineReplica:
             self._post(request_id, error)
         finally:
             self._requests.pop(request_id, None)
+            self._lane_of.pop(request_id, None)
             if handed:  # the handed-over blocks stay cached like any finished prompt's, no longer pinned
                 slots = self.llm.engine.slots
                 await self.engine.run(lambda: slots.remove(handoff_slot(request_id)))

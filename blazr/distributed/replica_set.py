@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from blazr.config import Settings
+from blazr.distributed.pipeline import stage_env
 from blazr.distributed.prefix_router import PrefixRouter
 from blazr.distributed.replica import EngineReplica
 from blazr.engine.request import RequestOutput, SamplingParams
@@ -48,6 +49,7 @@ class ActorGroup:
         cpus_per_replica: int,
         resource: str | None = None,
         stages: int = 1,
+        lanes: int | None = None,
     ):
         if replicas < 1 or cpus_per_replica < 1:
             raise ConfigError(
@@ -64,6 +66,8 @@ class ActorGroup:
             "max_concurrency": 1024,  # requests stream side by side; the engine batches them
             "runtime_env": {"env_vars": {"NUMBA_NUM_THREADS": str(cpus_per_replica)}},
         }
+        if stages > 1:  # stage 0 of a pipeline idles while the later stages compute (pipeline.stage_env)
+            options["runtime_env"] = {"env_vars": stage_env(cpus_per_replica)}
         self.groups: list[Any] = []  # a pipeline replica's placement group: one bundle, one node, per stage
         self.handles = []
         for _ in range(replicas):
@@ -75,7 +79,8 @@ class ActorGroup:
             group, on_bundle = stage_placement(ray, stages, cpus_per_replica)
             self.groups.append(group)
             handle = remote.options(**options, scheduling_strategy=on_bundle(0))
-            self.handles.append(handle.remote(model_path, settings, stages, cpus_per_replica, group))
+            args = (model_path, settings, stages, cpus_per_replica, group, lanes)
+            self.handles.append(handle.remote(*args))
         self.live = [False] * replicas
         self.in_flight = [0] * replicas
         self.info: list[dict[str, Any] | None] = [None] * replicas
@@ -170,8 +175,9 @@ class ReplicaSet(ActorGroup):
         resource: str | None = None,
         prefill: PrefillPool | None = None,
         stages: int = 1,
+        lanes: int | None = None,
     ):
-        super().__init__(ray, model_path, settings, replicas, cpus_per_replica, resource, stages)
+        super().__init__(ray, model_path, settings, replicas, cpus_per_replica, resource, stages, lanes)
         self.prefill = prefill
         self.router = PrefixRouter(replicas)
         self._readers: dict[int, asyncio.Task] = {}  # replica -> the task reading its outputs stream

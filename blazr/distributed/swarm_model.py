@@ -72,6 +72,7 @@ class Placement:
     resource: str | None = None
     prefill: Placement | None = None
     stages: int = 1  # pipeline stages of each replica, each on its own node (blazr.distributed.pipeline)
+    lanes: int | None = None  # a pipeline replica's engines (None: one per stage)
 
 
 PREFILL_RESOURCE = "blazr_prefill"  # what `blazr disagg --role prefill` nodes advertise
@@ -130,5 +131,5 @@ def place(ray: ModuleType, model_path: str, settings: Settings, placement: Place
         )
     p = placement
     return ReplicaSet(
-        ray, model_path, settings, p.replicas, p.cpus_per_replica, p.resource, prefill, p.stages
+        ray, model_path, settings, p.replicas, p.cpus_per_replica, p.resource, prefill, p.stages, p.lanes
     )

@@ -48,11 +48,18 @@ def test_the_stages_run_on_two_nodes(cluster, pipeline):
     assert len(set(table["bundles_to_node_id"].values())) == 2  # STRICT_SPREAD: a node per stage
 
 
-def test_greedy_output_through_two_stages_equals_one_process(pipeline, local_tiny):
+def test_greedy_output_through_two_stages_equals_one_process(cluster, pipeline, local_tiny):
+    """Eight prompts at once spread over the replica's two lanes (an engine per stage, each with its own batch
+    in the stages): each gives one process's tokens."""
+    ring = replicas(pipeline)
+    assert ring.info[0]["lanes"] == 2
+    served = cluster.ray.get(ring.handles[0].lanes_served.remote())
     prompts = [(f"pipeline {i}: " + "stage by stage " * i,) for i in range(8)]
     through = in_parallel(lambda p: complete(pipeline, p)["choices"][0]["text"], prompts)
     alone = [complete(local_tiny, p)["choices"][0]["text"] for (p,) in prompts]
     assert through == alone
+    after = cluster.ray.get(ring.handles[0].lanes_served.remote())
+    assert sum(after) - sum(served) == 8 and all(b > a for a, b in zip(served, after, strict=True))
 
 
 def test_smollm2_greedy_chats_through_two_stages_equal_one_process(cluster, smollm2_dir, local_smollm2_chats):
