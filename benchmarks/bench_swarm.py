@@ -12,8 +12,9 @@ aggregate tokens/s and the inter-token latency of
 - disagg: `blazr disagg`, a router, a prefill worker and a decode worker, one replica each with all --threads
   (the prefill replica idles while the decode replica generates, so they share the cores);
 - pipeline: `blazr swarm --pipeline-stages 2`, the leader's node and a worker node, one replica whose two
-  stages (half the layers each) run with all --threads on their nodes, two engines ("lanes", the default)
-  each with its own batch in the stages; `pipeline 1 lane` the same with one engine (one batch in flight).
+  stages (half the layers each) run with all --threads on their nodes, with the default number of engines
+  ("lanes": one per machine, so one here, where every node is this machine); `pipeline 2 lanes` the same
+  with two engines, each with its own batch in the stages, as two machines would get.
 
 On one machine the nodes share its cores, which separate machines would not. `--pin` makes each node a
 machine of its own in miniature: every process of a node is held to one core (`taskset`: the leader's node
@@ -183,7 +184,7 @@ def main() -> None:
     parser.add_argument("--clients", default="1,8")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--handoff-prompts", type=int, default=5)
-    parser.add_argument("--setups", default="serve,swarm x1,swarm x2,disagg,pipeline,pipeline 1 lane")
+    parser.add_argument("--setups", default="serve,swarm x1,swarm x2,disagg,pipeline,pipeline 2 lanes")
     parser.add_argument("--pin", action="store_true", help="each node on a core of its own, 1 thread each")
     parser.add_argument("--json")
     args = parser.parse_args()
@@ -197,7 +198,7 @@ def main() -> None:
         "swarm x2": swarm_cmd(args.model, 18183, 29192, 2, args.threads),
         "disagg": disagg_cmd(args.model, 18184, 29193, args.threads),
         "pipeline": pipeline_cmd(args.model, 18185, 29194, args.threads),
-        "pipeline 1 lane": pipeline_cmd(args.model, 18186, 29195, args.threads) + ["--pipeline-lanes", "1"],
+        "pipeline 2 lanes": pipeline_cmd(args.model, 18186, 29195, args.threads) + ["--pipeline-lanes", "2"],
     }
     setups = {name: cmd for name, cmd in setups.items() if name in args.setups.split(",")}
     results = {}

@@ -79,7 +79,7 @@ def swarm(
     ) = 1,
     pipeline_lanes: _opt(
         "--pipeline-lanes",
-        "Leader: engines per pipeline replica, each with its own batch in the stages (default: one per stage)",
+        "Leader: engines per pipeline replica, each with its own batch in the stages (default: one per machine)",
         int | None,
     ) = None,
     node_ip: NodeIp = None,

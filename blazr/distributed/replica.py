@@ -51,11 +51,13 @@ class EngineReplica:
         self._warm: asyncio.Task | None = None
         self._load_error: Exception | None = None
         try:
-            self._load(Path(model_path), settings, stages, cpus, group, lanes or stages)
+            self._load(Path(model_path), settings, stages, cpus, group, lanes)
         except Exception as error:  # kept for `ready` to raise: an actor dying in __init__ loses the error
             self._load_error = error
 
-    def _load(self, path: Path, settings: Settings, stages: int, cpus: int, group: Any, lanes: int) -> None:
+    def _load(
+        self, path: Path, settings: Settings, stages: int, cpus: int, group: Any, lanes: int | None
+    ) -> None:
         from blazr.engine.async_engine import AsyncEngine
         from blazr.server.model_loading import load_for_serving
 
@@ -180,7 +182,7 @@ class EngineReplica:
         """Requests each lane has taken since the replica started."""
         return list(self._served)
 
-    def lane_requests(self) -> list[int]:
+    def _in_flight_per_lane(self) -> list[int]:
         """Requests in flight on each lane."""
         held = [0] * len(self.lanes)
         for lane in self._lane_of.values():
@@ -190,7 +192,7 @@ class EngineReplica:
     def _pick_lane(self, prompt_ids: list[int]) -> int:
         """The lane with the fewest requests; among equals the one the prompt's first tokens hash to, so a
         repeated prompt tends to find its blocks in that lane's prefix cache."""
-        held = self.lane_requests()
+        held = self._in_flight_per_lane()
         fewest = [lane for lane, n in enumerate(held) if n == min(held)]
         return fewest[hash(tuple(prompt_ids[:16])) % len(fewest)]
 

@@ -72,7 +72,7 @@ class Placement:
     resource: str | None = None
     prefill: Placement | None = None
     stages: int = 1  # pipeline stages of each replica, each on its own node (blazr.distributed.pipeline)
-    lanes: int | None = None  # a pipeline replica's engines (None: one per stage)
+    lanes: int | None = None  # a pipeline replica's engines (None: one per machine its stages run on)
 
 
 PREFILL_RESOURCE = "blazr_prefill"  # what `blazr disagg --role prefill` nodes advertise

@@ -21,15 +21,17 @@ from tests.server.conftest import run_live_server, server_settings
 pytestmark = NEEDS_RAY
 
 
-def pipeline_loader(ray):
+def pipeline_loader(ray, lanes: int | None = None):
     from blazr.distributed.swarm_model import Placement, swarm_loader
 
-    return swarm_loader(ray, Placement(1, 1, stages=2))
+    return swarm_loader(ray, Placement(1, 1, stages=2, lanes=lanes))
 
 
 @pytest.fixture(scope="module")
 def pipeline(cluster, tiny_dir):
-    app = create_app(server_settings(), model="tiny", model_dir=tiny_dir, loader=pipeline_loader(cluster.ray))
+    """Two lanes asked for: by default stages on one machine (this cluster's nodes) get one."""
+    loader = pipeline_loader(cluster.ray, lanes=2)
+    app = create_app(server_settings(), model="tiny", model_dir=tiny_dir, loader=loader)
     with run_live_server(app, timeout=120) as server:
         assert app.extensions["blazr"].models.default_error is None
         yield server
@@ -67,7 +69,9 @@ def test_smollm2_greedy_chats_through_two_stages_equal_one_process(cluster, smol
     app = create_app(server_settings(), model="smollm2", model_dir=smollm2_dir, loader=loader)
     with run_live_server(app, timeout=180) as server:
         through = smollm2_chats(server)
-        assert replicas(server).info[0]["stages"][0]["layers"] == 15  # 30 layers, 15 a stage
+        info = replicas(server).info[0]
+        assert info["stages"][0]["layers"] == 15  # 30 layers, 15 a stage
+        assert info["lanes"] == 1  # the default: one lane per machine, and these nodes share one
     assert through == local_smollm2_chats
 
 
