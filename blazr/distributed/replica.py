@@ -7,7 +7,7 @@ object per engine step instead of one per token and request keeps Ray's per-obje
 this machine's cores, which the engine also needs) from growing with the number of streams.
 
 Ray runs the methods on the actor's event loop (an async actor); the engine steps on its own thread
-(AsyncEngine), so many requests run as one continuous batch. A pipeline's replica runs one engine per stage
+(AsyncEngine), so many requests run as one continuous batch. A pipeline's replica runs one engine per machine
 ("lanes", blazr.distributed.pipeline): a request goes to the lane with the fewest requests.
 """
 
