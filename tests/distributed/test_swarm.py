@@ -179,6 +179,14 @@ def test_a_worker_with_the_wrong_token_is_refused(cluster):
         (["--role", "worker", "--token", "short"], "at least 8 characters"),
         (["--role", "worker", "--token", TOKEN], "--leader HOST:PORT is required"),
         (["--role", "worker", "--token", TOKEN, "--leader", "nohost"], "--leader must be HOST:PORT"),
+        (
+            ["--role", "leader", "--token", TOKEN, "--pipeline-stages", "0"],
+            "--pipeline-stages must be 1 or more",
+        ),
+        (
+            ["--role", "leader", "--token", TOKEN, "--pipeline-lanes", "0"],
+            "--pipeline-lanes must be 1 or more",
+        ),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag(args, says):
