@@ -44,7 +44,7 @@ log = logging.getLogger("blazr.swarm")
 # machine: 34.5 ms a token; 18.7 ms at 20,000; docs/performance.md). 20,000 turns still bridge the gaps
 # between one forward pass's kernels. A value in the environment wins.
 STAGE_SPINCOUNT = "20000"
-BLOCK_SIZE = 16  # the engines' KV block size (Engine's default)
+BLOCK_SIZE = 16  # the lanes' KV block size, given to each Engine and to the pool's sizing alike
 
 
 def stage_env(cpus: int) -> dict[str, str]:
@@ -226,7 +226,13 @@ def pipeline_lanes(
     for lane in range(lanes):
         view = model.for_lane(lane)
         engine = Engine(
-            view, tokenizer, backend, num_ctx=num_ctx, max_seqs=-(-max_seqs // lanes), num_blocks=blocks
+            view,
+            tokenizer,
+            backend,
+            num_ctx=num_ctx,
+            block_size=BLOCK_SIZE,
+            max_seqs=-(-max_seqs // lanes),
+            num_blocks=blocks,
         )
         out.append(LLM(checkpoint, tokenizer, view, backend, engine, inference.chat_template))
     return out

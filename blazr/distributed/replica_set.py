@@ -64,10 +64,13 @@ class ActorGroup:
             "max_restarts": -1,  # Ray recreates a replica whose process or node died
             "max_task_retries": 0,  # a generation is not replayed: its stream already went to the client
             "max_concurrency": 1024,  # requests stream side by side; the engine batches them
-            "runtime_env": {"env_vars": {"NUMBA_NUM_THREADS": str(cpus_per_replica)}},
+            # stage 0 of a pipeline idles while the later stages compute (pipeline.stage_env)
+            "runtime_env": {
+                "env_vars": stage_env(cpus_per_replica)
+                if stages > 1
+                else {"NUMBA_NUM_THREADS": str(cpus_per_replica)}
+            },
         }
-        if stages > 1:  # stage 0 of a pipeline idles while the later stages compute (pipeline.stage_env)
-            options["runtime_env"] = {"env_vars": stage_env(cpus_per_replica)}
         self.groups: list[Any] = []  # a pipeline replica's placement group: one bundle, one node, per stage
         self.handles = []
         for _ in range(replicas):
